@@ -1,0 +1,68 @@
+"""Shared helpers for benchmarks: machine facts, medians, JSON results."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def machine_info() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    try:
+        revision = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=Path(__file__).parent,
+        ).stdout.strip()
+    except OSError:
+        revision = ""
+    return {
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "git_revision": revision or None,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    """Seconds one call of `fn` takes (wall clock, perf_counter)."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def write_result(name: str, result: dict[str, Any], out: Path | None = None) -> Path:
+    """Write `result` (with machine facts) as JSON to bench/results/NAME.json."""
+    path = out or RESULTS_DIR / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"benchmark": name, "machine": machine_info(), **result}
+    path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+    return path

@@ -1,0 +1,166 @@
+"""MatchIndex gives exactly the brute-force answer, through any adds and removes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from routing import Filter, MatchIndex, parse_filter
+from routing.index import _Bucket
+from tests.strategies import events, filters
+
+
+def brute_force(table: dict[int, Filter], event: dict) -> set[int]:
+    return {k for k, f in table.items() if f.matches(event)}
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 15), filters),
+        st.tuples(st.just("remove"), st.integers(0, 15)),
+        st.tuples(st.just("match"), events),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300)
+@given(operations)
+def test_index_equals_brute_force_through_adds_and_removes(ops: list[tuple]) -> None:
+    _check_operations(ops)
+
+
+@settings(max_examples=200)
+@given(operations)
+def test_nested_buckets_equal_brute_force(ops: list[tuple]) -> None:
+    """Large buckets become nested indexes; force that with a tiny split size."""
+    original = _Bucket.SPLIT
+    _Bucket.SPLIT = 1
+    try:
+        _check_operations(ops)
+    finally:
+        _Bucket.SPLIT = original
+
+
+def _check_operations(ops: list[tuple]) -> None:
+    index: MatchIndex[int] = MatchIndex()
+    table: dict[int, Filter] = {}
+    for op in ops:
+        if op[0] == "add":
+            index.add(op[1], op[2])
+            table[op[1]] = op[2]
+        elif op[0] == "remove":
+            if op[1] in table:
+                assert index.remove(op[1]) == table.pop(op[1])
+            else:
+                with pytest.raises(KeyError):
+                    index.remove(op[1])
+        else:
+            assert index.match(op[1]) == brute_force(table, op[1])
+        assert len(index) == len(table)
+    for key in list(table):
+        index.remove(key)
+    assert len(index) == 0
+    assert not index._attributes and not index._always  # noqa: SLF001 (nothing leaks)
+
+
+@settings(max_examples=200)
+@given(st.lists(filters, min_size=1, max_size=40), st.lists(events, min_size=1, max_size=20))
+def test_index_on_larger_tables(fs: list[Filter], evs: list[dict]) -> None:
+    index: MatchIndex[int] = MatchIndex()
+    for i, f in enumerate(fs):
+        index.add(i, f)
+    table = dict(enumerate(fs))
+    for e in evs:
+        assert index.match(e) == brute_force(table, e)
+
+
+INTERVALS = [
+    "x >= 0 and x <= 0",
+    "x > 0 and x < 1e-9",
+    "x >= -0.5 and x < 0.25",
+    "x > 1 and x <= 1000000",
+    "x >= 100000000000000000 and x <= 100000000000000002",
+    "x >= 1e17 and x <= 1.0000000000000002e17",
+    "x > 3 and x < 2",
+    "x >= 5 and x <= 5 and x != 5",
+    "x >= 18446744073709551000 and x <= 18446744073709551615",
+]
+PROBES = [
+    0,
+    -0.0,
+    1e-10,
+    0.25,
+    -0.5,
+    1,
+    2,
+    999999.5,
+    1000000,
+    10**17,
+    10**17 + 1,
+    1e17,
+    1e17 + 16,
+    5,
+    18446744073709551615,
+    math.nan,
+    math.inf,
+    -math.inf,
+    3,
+    2.5,
+]
+
+
+def test_number_intervals_at_their_edges() -> None:
+    index: MatchIndex[str] = MatchIndex()
+    table = {text: parse_filter(text) for text in INTERVALS}
+    for text, f in table.items():
+        index.add(text, f)
+    for value in PROBES:
+        assert index.match({"x": value}) == brute_force(table, {"x": value}), value
+
+
+def test_replacing_a_key_replaces_the_filter() -> None:
+    index: MatchIndex[str] = MatchIndex()
+    index.add("s", parse_filter("x = 1"))
+    index.add("s", parse_filter("x = 2"))
+    assert len(index) == 1
+    assert index.match({"x": 1}) == set()
+    assert index.match({"x": 2}) == {"s"}
+
+
+def test_bools_are_not_numbers_in_the_index() -> None:
+    index: MatchIndex[str] = MatchIndex()
+    index.add("one", parse_filter("x = 1"))
+    index.add("true", parse_filter("x = true"))
+    assert index.match({"x": True}) == {"true"}
+    assert index.match({"x": 1.0}) == {"one"}
+
+
+def test_match_rejects_bad_events() -> None:
+    index: MatchIndex[str] = MatchIndex()
+    index.add("a", parse_filter("x = 1"))
+    with pytest.raises(TypeError):
+        index.match({"x": [1]})
+    with pytest.raises(TypeError):
+        index.match(["x"])  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        index.add("b", "x = 1")  # type: ignore[arg-type]
+
+
+def test_a_large_bucket_splits_and_stays_exact() -> None:
+    index: MatchIndex[int] = MatchIndex()
+    table = {}
+    for i in range(300):
+        f = parse_filter(f"family = 1 and price < {i % 37} and quantity >= {i % 11}")
+        index.add(i, f)
+        table[i] = f
+    for i in range(0, 300, 3):
+        index.remove(i)
+        del table[i]
+    for price in range(-1, 40, 3):
+        for quantity in range(0, 12, 2):
+            event = {"family": 1, "price": price + 0.5, "quantity": quantity}
+            assert index.match(event) == brute_force(table, event)

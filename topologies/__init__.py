@@ -1,0 +1,49 @@
+"""Topology and case-study files: the data model, a validating loader, and generators.
+
+Shipped files (see `shipped_path`): ``siena15`` (the thesis' 15-broker case study),
+``tree7`` and ``chain5`` (small networks for tests and demos).
+"""
+
+from pathlib import Path
+
+from topologies.generators import binary_tree, chain, kary_tree, to_toml
+from topologies.loader import load_case_study, load_topology
+from topologies.model import (
+    BrokerSpec,
+    CaseStudy,
+    PublisherSpec,
+    Scenario,
+    SubscriberSpec,
+    Topology,
+    TopologyError,
+    Workload,
+)
+
+SHIPPED = ("siena15", "tree7", "chain5")
+
+
+def shipped_path(name: str) -> Path:
+    """The path of a topology file shipped with the package, by name (e.g. "siena15")."""
+    if name not in SHIPPED:
+        raise TopologyError(name, None, f"no shipped topology; shipped: {', '.join(SHIPPED)}")
+    return Path(__file__).with_name(f"{name}.toml")
+
+
+__all__ = [
+    "SHIPPED",
+    "BrokerSpec",
+    "CaseStudy",
+    "PublisherSpec",
+    "Scenario",
+    "SubscriberSpec",
+    "Topology",
+    "TopologyError",
+    "Workload",
+    "binary_tree",
+    "chain",
+    "kary_tree",
+    "load_case_study",
+    "load_topology",
+    "shipped_path",
+    "to_toml",
+]

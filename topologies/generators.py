@@ -1,0 +1,116 @@
+"""Build regular topologies in code, and write topologies / case studies as TOML."""
+
+from __future__ import annotations
+
+from topologies.model import BrokerSpec, CaseStudy, Topology
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_BASE_PORT = 7000
+
+
+def kary_tree(
+    k: int,
+    depth: int,
+    name: str | None = None,
+    base_port: int = DEFAULT_BASE_PORT,
+    host: str = DEFAULT_HOST,
+) -> Topology:
+    """A complete k-ary tree with `depth` levels below the root.
+
+    Brokers are numbered breadth-first from 1, so the children of broker j are
+    k*(j-1)+2 .. k*(j-1)+k+1 (for k = 2: 2j and 2j+1).
+    """
+    if k < 1 or depth < 0:
+        raise ValueError(f"need k >= 1 and depth >= 0, got k={k}, depth={depth}")
+    count = sum(k**level for level in range(depth + 1))
+    parents = {j: None if j == 1 else (j - 2) // k + 1 for j in range(1, count + 1)}
+    return _topology(name or f"tree{count}", parents, base_port, host)
+
+
+def binary_tree(
+    depth: int,
+    name: str | None = None,
+    base_port: int = DEFAULT_BASE_PORT,
+    host: str = DEFAULT_HOST,
+) -> Topology:
+    """A complete binary tree; depth 3 gives the 15 brokers of the thesis' case study."""
+    return kary_tree(2, depth, name, base_port, host)
+
+
+def chain(
+    n: int,
+    name: str | None = None,
+    base_port: int = DEFAULT_BASE_PORT,
+    host: str = DEFAULT_HOST,
+) -> Topology:
+    """Brokers 1..n in a line; broker 1 is the root and broker i's parent is i-1."""
+    if n < 1:
+        raise ValueError(f"need n >= 1, got {n}")
+    parents = {j: None if j == 1 else j - 1 for j in range(1, n + 1)}
+    return _topology(name or f"chain{n}", parents, base_port, host)
+
+
+def _topology(
+    name: str, parents: dict[int, int | None], base_port: int, host: str
+) -> Topology:
+    if base_port < 0 or base_port + len(parents) > 65535:
+        raise ValueError(f"ports base_port+1 .. base_port+{len(parents)} must be in 1..65535")
+    brokers = {j: BrokerSpec(j, parent, host, base_port + j) for j, parent in parents.items()}
+    return Topology(name=name, host=host, base_port=base_port, brokers=brokers)
+
+
+def to_toml(study: Topology | CaseStudy) -> str:
+    """TOML text that `load_case_study` / `load_topology` read back as an equal object.
+
+    A broker's host and port are written only where they differ from the defaults.
+    """
+    if isinstance(study, Topology):
+        study = CaseStudy(study)
+    topology = study.topology
+    lines = [
+        f"name = {_str(topology.name)}",
+        f"host = {_str(topology.host)}",
+        f"base_port = {topology.base_port}",
+        f"routing = {_str(topology.routing)}",
+    ]
+    for broker in topology.brokers.values():
+        lines += ["", "[[brokers]]", f"id = {broker.id}"]
+        if broker.parent is not None:
+            lines.append(f"parent = {broker.parent}")
+        if broker.host != topology.host:
+            lines.append(f"host = {_str(broker.host)}")
+        if broker.port != topology.base_port + broker.id:
+            lines.append(f"port = {broker.port}")
+    if study.workload is not None:
+        w = study.workload
+        lines += [
+            "",
+            "[workload]",
+            f"event_type = {_str(w.event_type)}",
+            f"families = {w.families}",
+            f"duration_s = {w.duration_s!r}",
+            f"warmup_s = {w.warmup_s!r}",
+            f"drain_s = {w.drain_s!r}",
+            f"seed = {w.seed}",
+        ]
+    for p in study.publishers.values():
+        lines += ["", "[[publishers]]", f"id = {p.id}", f"broker = {p.broker}",
+                  f"rate = {p.rate!r}", f"arrival = {_str(p.arrival)}"]
+    for s in study.subscribers.values():
+        filters = "".join(f"\n    {_str(text)}," for text in s.filters)
+        lines += ["", "[[subscribers]]", f"id = {s.id}", f"broker = {s.broker}",
+                  f"filters = [{filters}\n]"]
+    for scenario in study.scenarios.values():
+        rates = ", ".join(f"{pid} = {rate!r}" for pid, rate in scenario.rates.items())
+        lines += ["", "[[scenarios]]", f"name = {_str(scenario.name)}",
+                  f"rate_scale = {scenario.rate_scale!r}", f"rates = {{{rates}}}"]
+    return "\n".join(lines) + "\n"
+
+
+def _str(text: str) -> str:
+    """A TOML basic string: escape quotes, backslashes and control characters."""
+    escaped = "".join(
+        f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F else c
+        for c in text.replace("\\", "\\\\").replace('"', '\\"')
+    )
+    return f'"{escaped}"'

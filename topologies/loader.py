@@ -1,0 +1,346 @@
+"""Load and validate topology / case-study TOML files (DESIGN.md section 3.2).
+
+Keys (required ones marked *; anything else is an error):
+
+- top level: name (default: the file's stem), host (default "127.0.0.1"),
+  base_port*, routing ("hierarchical" | "acyclic" | "flooding"), and the tables below;
+- [[brokers]]: id*, parent (none for the root), host, port (default base_port + id);
+- [workload]: event_type, families, duration_s, warmup_s, plus two keys beyond the
+  DESIGN example: drain_s (seconds to wait for in-flight events after publishing
+  stops) and seed (for the random families and arrivals); all have defaults;
+- [[publishers]]: id*, broker*, rate*, arrival ("poisson" | "constant");
+- [[subscribers]]: id*, broker*, filters* (a non-empty list of filter texts);
+- [[scenarios]]: name*, rate_scale (> 0, default 1), rates (publisher id -> events/s).
+
+Ids are integers from 1. Every problem becomes a `TopologyError` naming the file and
+the field, e.g. ``siena15.toml: brokers[3].parent: broker 99 does not exist``; array
+indexes in field names count from 0, in file order.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from topologies.model import (
+    ARRIVALS,
+    ROUTINGS,
+    BrokerSpec,
+    CaseStudy,
+    PublisherSpec,
+    Scenario,
+    SubscriberSpec,
+    Topology,
+    TopologyError,
+    Workload,
+)
+
+FilterParser = Callable[[str], object]
+
+_TOP_KEYS = (
+    "name", "host", "base_port", "routing", "brokers",
+    "workload", "publishers", "subscribers", "scenarios",
+)
+_WORKLOAD_KEYS = ("event_type", "families", "duration_s", "warmup_s", "drain_s", "seed")
+_DEFAULT_HOST = "127.0.0.1"
+_ID = re.compile(r"[0-9]+")
+
+
+class _Invalid(Exception):
+    """A problem at a field; `load_case_study` adds the file name."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(field, problem)
+        self.field = field
+        self.problem = problem
+
+
+def _fail(field: str, problem: str) -> NoReturn:
+    raise _Invalid(field, problem)
+
+
+def load_topology(path: str | Path) -> Topology:
+    """The topology of a file, which may or may not describe a workload.
+
+    The whole file is still validated, so a file is valid or not the same way for
+    every command that reads it.
+    """
+    return load_case_study(path).topology
+
+
+def load_case_study(path: str | Path, filter_parser: FilterParser | None = None) -> CaseStudy:
+    """Load and validate a case study.
+
+    `filter_parser`, if given (normally `routing.parse_filter`), is called on every
+    filter text; a `ValueError` from it is reported at ``subscribers[i].filters[j]``.
+    """
+    file = str(path)
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except OSError as e:
+        raise TopologyError(file, None, f"cannot read: {e.strerror or e}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise TopologyError(file, None, f"invalid TOML: {e}") from None
+    try:
+        return _case_study(doc, Path(path).stem, file, filter_parser)
+    except _Invalid as e:
+        raise TopologyError(file, e.field, e.problem) from None
+
+
+def _case_study(
+    doc: dict[str, Any], stem: str, file: str, filter_parser: FilterParser | None
+) -> CaseStudy:
+    _keys(doc, "", required=("base_port", "brokers"), allowed=_TOP_KEYS)
+    topology = _topology(doc, stem, file)
+    workload = _workload(doc["workload"], "workload") if "workload" in doc else None
+    publishers = _publishers(doc, topology)
+    return CaseStudy(
+        topology=topology,
+        workload=workload,
+        publishers=publishers,
+        subscribers=_subscribers(doc, topology, filter_parser),
+        scenarios=_scenarios(doc, publishers),
+    )
+
+
+# --- topology -------------------------------------------------------------------------
+
+
+def _topology(doc: dict[str, Any], stem: str, file: str) -> Topology:
+    name = _string(doc.get("name", stem), "name")
+    host = _string(doc.get("host", _DEFAULT_HOST), "host")
+    base_port = _int(doc["base_port"], "base_port", 0, 65535)
+    routing = doc.get("routing", "hierarchical")
+    if routing not in ROUTINGS:
+        _fail("routing", f"must be one of {_choices(ROUTINGS)}, got {routing!r}")
+
+    brokers: dict[int, BrokerSpec] = {}
+    where: dict[int, str] = {}  # broker id -> "brokers[i]", for messages
+    addresses: dict[tuple[str, int], int] = {}
+    for i, entry in enumerate(_array_of_tables(doc["brokers"], "brokers")):
+        at = f"brokers[{i}]"
+        _keys(entry, at, required=("id",), allowed=("id", "parent", "host", "port"))
+        broker_id = _int(entry["id"], f"{at}.id", 1)
+        if broker_id in brokers:
+            _fail(f"{at}.id", f"duplicate broker id {broker_id} (also {where[broker_id]})")
+        parent = _int(entry["parent"], f"{at}.parent", 1) if "parent" in entry else None
+        broker_host = _string(entry.get("host", host), f"{at}.host")
+        if "port" in entry:
+            port = _int(entry["port"], f"{at}.port", 1, 65535)
+        else:
+            port = base_port + broker_id
+            if port > 65535:
+                _fail(at, f"port base_port + id = {port} is out of range 1..65535")
+        if (broker_host, port) in addresses:
+            other = addresses[(broker_host, port)]
+            _fail(at, f"address {broker_host}:{port} is also used by broker {other} "
+                      f"({where[other]})")
+        addresses[(broker_host, port)] = broker_id
+        brokers[broker_id] = BrokerSpec(broker_id, parent, broker_host, port)
+        where[broker_id] = at
+    if not brokers:
+        _fail("brokers", "at least one broker is required")
+    _check_tree(brokers, where)
+    return Topology(name, host, base_port, routing, brokers, source=file)
+
+
+def _check_tree(brokers: dict[int, BrokerSpec], where: dict[int, str]) -> None:
+    """The brokers must form exactly one tree: parents exist, one root, no cycle."""
+    for broker in brokers.values():
+        if broker.parent is not None and broker.parent not in brokers:
+            _fail(f"{where[broker.id]}.parent", f"broker {broker.parent} does not exist")
+    roots = [b.id for b in brokers.values() if b.parent is None]
+    if not roots:
+        _fail("brokers", "no root: every broker has a parent (a topology is one tree)")
+    if len(roots) > 1:
+        _fail("brokers", f"a topology is one tree, but brokers {_ids(roots)} have no parent")
+    reaches_root = set(roots)
+    for broker in brokers.values():
+        chain: list[int] = []
+        current: int | None = broker.id
+        while current is not None and current not in reaches_root:
+            if current in chain:
+                cycle = chain[chain.index(current):] + [current]
+                _fail(f"{where[current]}.parent",
+                      "cycle " + " -> ".join(map(str, cycle)) + " (a topology is one tree)")
+            chain.append(current)
+            current = brokers[current].parent
+        reaches_root.update(chain)
+
+
+# --- workload and clients -------------------------------------------------------------
+
+
+def _workload(value: object, at: str) -> Workload:
+    entry = _keys(value, at, required=(), allowed=_WORKLOAD_KEYS)
+    defaults = Workload()
+    return Workload(
+        event_type=_string(entry.get("event_type", defaults.event_type), f"{at}.event_type"),
+        families=_int(entry.get("families", defaults.families), f"{at}.families", 1),
+        duration_s=_number(entry.get("duration_s", defaults.duration_s), f"{at}.duration_s",
+                           positive=True),
+        warmup_s=_number(entry.get("warmup_s", defaults.warmup_s), f"{at}.warmup_s"),
+        drain_s=_number(entry.get("drain_s", defaults.drain_s), f"{at}.drain_s"),
+        seed=_int(entry.get("seed", defaults.seed), f"{at}.seed"),
+    )
+
+
+def _publishers(doc: dict[str, Any], topology: Topology) -> dict[int, PublisherSpec]:
+    publishers: dict[int, PublisherSpec] = {}
+    for i, entry in enumerate(_array_of_tables(doc.get("publishers", []), "publishers")):
+        at = f"publishers[{i}]"
+        _keys(entry, at, required=("id", "broker", "rate"),
+              allowed=("id", "broker", "rate", "arrival"))
+        publisher_id = _client_id(entry, at, publishers, "publisher")
+        arrival = entry.get("arrival", "poisson")
+        if arrival not in ARRIVALS:
+            _fail(f"{at}.arrival", f"must be one of {_choices(ARRIVALS)}, got {arrival!r}")
+        publishers[publisher_id] = PublisherSpec(
+            id=publisher_id,
+            broker=_broker_ref(entry["broker"], f"{at}.broker", topology),
+            rate=_number(entry["rate"], f"{at}.rate"),
+            arrival=arrival,
+        )
+    return publishers
+
+
+def _subscribers(
+    doc: dict[str, Any], topology: Topology, filter_parser: FilterParser | None
+) -> dict[int, SubscriberSpec]:
+    subscribers: dict[int, SubscriberSpec] = {}
+    for i, entry in enumerate(_array_of_tables(doc.get("subscribers", []), "subscribers")):
+        at = f"subscribers[{i}]"
+        _keys(entry, at, required=("id", "broker", "filters"),
+              allowed=("id", "broker", "filters"))
+        subscriber_id = _client_id(entry, at, subscribers, "subscriber")
+        broker = _broker_ref(entry["broker"], f"{at}.broker", topology)
+        filters = entry["filters"]
+        if not isinstance(filters, list) or not filters:
+            _fail(f"{at}.filters", "must be a non-empty list of filter strings")
+        for j, text in enumerate(filters):
+            _string(text, f"{at}.filters[{j}]")
+            if filter_parser is not None:
+                try:
+                    filter_parser(text)
+                except ValueError as e:
+                    _fail(f"{at}.filters[{j}]", f"bad filter {text!r}: {e}")
+        subscribers[subscriber_id] = SubscriberSpec(subscriber_id, broker, tuple(filters))
+    return subscribers
+
+
+def _scenarios(doc: dict[str, Any], publishers: dict[int, PublisherSpec]) -> dict[str, Scenario]:
+    scenarios: dict[str, Scenario] = {}
+    for i, entry in enumerate(_array_of_tables(doc.get("scenarios", []), "scenarios")):
+        at = f"scenarios[{i}]"
+        _keys(entry, at, required=("name",), allowed=("name", "rate_scale", "rates"))
+        name = _string(entry["name"], f"{at}.name")
+        if name in scenarios:
+            _fail(f"{at}.name", f"duplicate scenario name {name!r}")
+        rate_scale = _number(entry.get("rate_scale", 1.0), f"{at}.rate_scale", positive=True)
+        rates: dict[int, float] = {}
+        for key, rate in _table(entry.get("rates", {}), f"{at}.rates").items():
+            if not _ID.fullmatch(key):
+                _fail(f"{at}.rates", f"key {key!r} is not a publisher id (an integer)")
+            publisher_id = int(key)
+            if publisher_id in rates:
+                _fail(f"{at}.rates.{key}", f"publisher {publisher_id} is given twice")
+            if publisher_id not in publishers:
+                _fail(f"{at}.rates.{key}", f"publisher {publisher_id} does not exist")
+            rates[publisher_id] = _number(rate, f"{at}.rates.{key}")
+        scenarios[name] = Scenario(name, rate_scale, rates)
+    return scenarios
+
+
+def _client_id(entry: dict[str, Any], at: str, seen: dict[int, Any], kind: str) -> int:
+    client_id = _int(entry["id"], f"{at}.id", 1)
+    if client_id in seen:
+        _fail(f"{at}.id", f"duplicate {kind} id {client_id}")
+    return client_id
+
+
+def _broker_ref(value: object, at: str, topology: Topology) -> int:
+    broker_id = _int(value, at)
+    if broker_id not in topology.brokers:
+        _fail(at, f"broker {broker_id} does not exist")
+    return broker_id
+
+
+# --- generic checks -------------------------------------------------------------------
+
+
+def _kind(value: object) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string",
+             list: "an array", dict: "a table"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _table(value: object, at: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        _fail(at, f"must be a table, got {_kind(value)}")
+    return value
+
+
+def _keys(
+    value: object, at: str, *, required: Iterable[str], allowed: Iterable[str]
+) -> dict[str, Any]:
+    """`value` must be a table with every required key and no key outside `allowed`."""
+    entry = _table(value, at or "(top level)")
+    prefix = f"{at}." if at else ""
+    allowed = tuple(allowed)
+    for key in entry:
+        if key not in allowed:
+            _fail(f"{prefix}{key}", f"unknown key; allowed keys: {', '.join(allowed)}")
+    for key in required:
+        if key not in entry:
+            _fail(f"{prefix}{key}", "missing required key")
+    return entry
+
+
+def _array_of_tables(value: object, at: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        _fail(at, f"must be an array of tables ([[{at}]]), got {_kind(value)}")
+    for i, entry in enumerate(value):
+        _table(entry, f"{at}[{i}]")
+    return value
+
+
+def _int(value: object, at: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        _fail(at, f"must be an integer, got {_kind(value)}")
+    if minimum is not None and value < minimum:
+        _fail(at, f"must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        _fail(at, f"must be at most {maximum}, got {value}")
+    return value
+
+
+def _number(value: object, at: str, *, positive: bool = False) -> float:
+    """A finite number, at least 0 (more than 0 if `positive`); ints are accepted."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        _fail(at, f"must be a number, got {_kind(value)}")
+    if not math.isfinite(value):
+        _fail(at, f"must be finite, got {value}")
+    if value < 0 or (positive and value == 0):
+        _fail(at, f"must be {'more than' if positive else 'at least'} 0, got {value}")
+    return float(value)
+
+
+def _string(value: object, at: str) -> str:
+    if not isinstance(value, str):
+        _fail(at, f"must be a string, got {_kind(value)}")
+    if not value.strip():
+        _fail(at, "must not be empty")
+    return value
+
+
+def _choices(values: Iterable[str]) -> str:
+    return ", ".join(repr(v) for v in values)
+
+
+def _ids(values: Iterable[int]) -> str:
+    return ", ".join(map(str, values))

@@ -1,0 +1,160 @@
+"""The data model of topology and case-study files (DESIGN.md section 3.2).
+
+Everything here is plain frozen data; `topologies.loader` builds it from TOML and
+checks it, so the methods below assume a valid tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+Routing = Literal["hierarchical", "acyclic", "flooding"]
+Arrival = Literal["poisson", "constant"]
+
+ROUTINGS: tuple[Routing, ...] = ("hierarchical", "acyclic", "flooding")
+ARRIVALS: tuple[Arrival, ...] = ("poisson", "constant")
+
+
+class TopologyError(ValueError):
+    """A topology or case-study file (or a lookup in one) is invalid.
+
+    `str(error)` is one line, ``FILE: FIELD: PROBLEM``, where FIELD is a path into the
+    file such as ``brokers[3].parent`` (array indexes count from 0).
+    """
+
+    def __init__(self, file: str, field: str | None, problem: str) -> None:
+        self.file = file
+        self.field = field
+        self.problem = problem
+        where = f"{file}: {field}" if field else file
+        super().__init__(f"{where}: {problem}")
+
+
+@dataclass(frozen=True)
+class BrokerSpec:
+    """One broker; `host` and `port` are already resolved from the file's defaults."""
+
+    id: int
+    parent: int | None
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A tree of brokers. `source` (the file it came from) is not part of equality."""
+
+    name: str
+    host: str
+    base_port: int
+    routing: Routing = "hierarchical"
+    brokers: dict[int, BrokerSpec] = field(default_factory=dict)
+    source: str = field(default="", compare=False)
+
+    @cached_property
+    def _children(self) -> dict[int, list[int]]:
+        children: dict[int, list[int]] = {broker_id: [] for broker_id in self.brokers}
+        for broker in self.brokers.values():
+            if broker.parent is not None:
+                children[broker.parent].append(broker.id)
+        return {broker_id: sorted(ids) for broker_id, ids in children.items()}
+
+    def root(self) -> int:
+        """The id of the only broker without a parent."""
+        return next(b.id for b in self.brokers.values() if b.parent is None)
+
+    def children(self, broker_id: int) -> list[int]:
+        """Ids of the broker's children, sorted."""
+        return list(self._children[broker_id])
+
+    def neighbours(self, broker_id: int) -> list[int]:
+        """Ids of the brokers linked to this one (parent and children), sorted."""
+        parent = self.brokers[broker_id].parent
+        linked = self.children(broker_id) + ([] if parent is None else [parent])
+        return sorted(linked)
+
+    def ancestors(self, broker_id: int) -> list[int]:
+        """The broker itself, then its parent, and so on up to the root."""
+        path = [broker_id]
+        while (parent := self.brokers[path[-1]].parent) is not None:
+            path.append(parent)
+        return path
+
+    def tree_path(self, a: int, b: int) -> list[int]:
+        """Broker ids along the tree from `a` to `b`, both included."""
+        up = self.ancestors(a)
+        down = self.ancestors(b)
+        on_up = set(up)
+        meet = next(i for i, broker_id in enumerate(down) if broker_id in on_up)
+        return up[: up.index(down[meet]) + 1] + down[:meet][::-1]
+
+    def address(self, broker_id: int) -> tuple[str, int]:
+        broker = self.brokers[broker_id]
+        return broker.host, broker.port
+
+
+@dataclass(frozen=True)
+class Workload:
+    """How a replay drives the case study; `family` is drawn uniformly from 1..families."""
+
+    event_type: str = "callForOffers"
+    families: int = 40
+    duration_s: float = 60.0
+    warmup_s: float = 5.0
+    drain_s: float = 2.0
+    seed: int = 1
+
+
+@dataclass(frozen=True)
+class PublisherSpec:
+    id: int
+    broker: int
+    rate: float
+    """Events per second in the base case (no scenario)."""
+    arrival: Arrival = "poisson"
+
+
+@dataclass(frozen=True)
+class SubscriberSpec:
+    id: int
+    broker: int
+    filters: tuple[str, ...]
+    """Filter texts, one subscription each; parsed by `routing`, not here."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    rate_scale: float = 1.0
+    rates: dict[int, float] = field(default_factory=dict)
+    """Publisher id -> events/s, applied after `rate_scale`."""
+
+
+@dataclass(frozen=True)
+class CaseStudy:
+    """A topology plus the clients and workload that run on it."""
+
+    topology: Topology
+    workload: Workload | None = None
+    publishers: dict[int, PublisherSpec] = field(default_factory=dict)
+    subscribers: dict[int, SubscriberSpec] = field(default_factory=dict)
+    scenarios: dict[str, Scenario] = field(default_factory=dict)
+
+    def rates_for(self, scenario_name: str | None = None) -> dict[int, float]:
+        """Publisher id -> events/s in a scenario (None: the publishers' own rates)."""
+        rates = {pid: publisher.rate for pid, publisher in self.publishers.items()}
+        if scenario_name is None:
+            return rates
+        scenario = self.scenarios.get(scenario_name)
+        if scenario is None:
+            known = ", ".join(self.scenarios) or "(none)"
+            raise TopologyError(
+                self.topology.source or self.topology.name,
+                "scenarios",
+                f"unknown scenario {scenario_name!r}; known scenarios: {known}",
+            )
+        rates = {pid: rate * scenario.rate_scale for pid, rate in rates.items()}
+        rates.update(scenario.rates)
+        return rates
