@@ -53,10 +53,13 @@ class _Bucket:
     costs close to its matches rather than its size.
     """
 
-    __slots__ = ("free", "checked", "residual", "nested")
+    __slots__ = ("free", "checked", "residual", "nested", "nestable")
     SPLIT = 48
 
-    def __init__(self) -> None:
+    def __init__(self, nestable: bool = True) -> None:
+        # The `present` bucket keeps `!=`/`contains` access constraints in the residual,
+        # so nesting it would not shrink the filters: it must not nest.
+        self.nestable = nestable
         self.free: set[Any] = set()
         self.checked: dict[Any, Predicate] = {}
         self.residual: dict[Any, tuple[Constraint, ...]] = {}
@@ -70,7 +73,7 @@ class _Bucket:
         else:
             self.checked[key] = compile_predicate(rest)
             self.residual[key] = rest
-            if len(self.checked) > self.SPLIT:
+            if self.nestable and len(self.checked) > self.SPLIT:
                 self.nested = MatchIndex()
                 for k, constraints in self.residual.items():
                     self.nested.add(k, Filter(constraints))
@@ -210,7 +213,7 @@ class _Attribute:
         self.number_ranges: dict[Op, _Sorted] = {}
         self.string_ranges: dict[Op, _Sorted] = {}
         self.intervals: dict[int | None, _Sorted] = {}
-        self.present = _Bucket()
+        self.present = _Bucket(nestable=False)
 
     def is_empty(self) -> bool:
         return not (

@@ -1,0 +1,559 @@
+"""Message types of the broker wire protocol and their msgpack payload codec.
+
+A payload is a msgpack array ``[type_code, field1, field2, ...]`` holding every field
+of the message in declaration order (optional fields are sent as nil, never omitted).
+Type codes are part of the wire contract:
+
+====  ============  ====  ============  ====  ============  ====  ============
+code  message       code  message       code  message       code  message
+====  ============  ====  ============  ====  ============  ====  ============
+1     Hello         10    Subscribe     20    Publish       30    StatsRequest
+2     Welcome       11    SubAck        21    Deliver       31    Stats
+3     Bye           12    Unsubscribe   22    Flush
+4     Error         13    UnsubAck      23    FlushAck
+5     Ping
+6     Pong
+====  ============  ====  ============  ====  ============  ====  ============
+
+Messages validate their fields when constructed, so one check serves both sides: a
+message decoded from the wire is as trustworthy as one built locally, and an invalid
+message cannot be sent. The check is strict: ``bool`` is not an ``int``, ``tuple`` is
+not a ``list``, subclasses of the builtin types are refused, ints must fit msgpack's
+int64/uint64 range. The field annotations are the schema (see ``_CHECKERS``).
+"""
+
+import reprlib
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
+from typing import Any, ClassVar, Literal, NoReturn, get_args
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+"""Major protocol version; a Hello or Welcome with any other version is refused."""
+
+# Codes of ProtocolError (and of the Error message sent to the peer before closing).
+ERR_FRAMING = "framing"  # zero-length frame, or frame longer than the maximum
+ERR_MALFORMED = "malformed"  # not msgpack, not an array, wrong field count or types
+ERR_UNKNOWN_TYPE = "unknown-type"  # the type code names no message
+ERR_VERSION = "version"  # the peer speaks another protocol version
+ERR_UNEXPECTED = "unexpected"  # the message is not allowed in this state or direction
+
+Role = Literal["client", "broker"]
+Scalar = int | float | str | bool | bytes
+Attributes = dict[str, Scalar]
+WireFilter = list[list[str | Scalar | None]]
+"""A filter's wire form: ``[[name, op, value], ...]``; ``[name, op]`` when there is no value."""
+StatsTree = dict[str, "int | float | str | StatsTree"]
+
+MAX_STATS_DEPTH = 16
+"""Deepest nesting of dicts accepted in ``Stats.stats`` (bounds the recursive check)."""
+
+_INT_MIN = -(2**63)
+_UINT_MAX = 2**64 - 1
+_SCALAR_TYPES = frozenset({int, float, str, bool, bytes})
+_INT_ONLY = frozenset({int})
+_SCALARS_TEXT = "int, float, str, bool or bytes"
+
+_Check = Callable[[Any, str], None]
+"""A field check: takes the value and where it sits (``"Publish.path[2]"``), raises
+ProtocolError if the value is not acceptable."""
+
+
+class ProtocolError(ValueError):
+    """A violation of the wire protocol; ``code`` is one of the ``ERR_*`` constants."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+# --- field checks (see _Check) --------------------------------------------------------
+
+
+def _describe(value: object) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+def _fail(where: str, expected: str, value: object) -> NoReturn:
+    raise ProtocolError(ERR_MALFORMED, f"{where}: expected {expected}, got {_describe(value)}")
+
+
+def _check_int(value: object, where: str) -> None:
+    if type(value) is not int:
+        _fail(where, "int", value)
+    if not _INT_MIN <= value <= _UINT_MAX:
+        raise ProtocolError(ERR_MALFORMED, f"{where}: {value} does not fit in 64 bits")
+
+
+def _check_str(value: object, where: str) -> None:
+    if type(value) is not str:
+        _fail(where, "str", value)
+
+
+def _check_optional_str(value: object, where: str) -> None:
+    if value is not None:
+        _check_str(value, where)
+
+
+def _check_role(value: object, where: str) -> None:
+    if type(value) is not str or value not in ("client", "broker"):
+        raise ProtocolError(
+            ERR_MALFORMED, f"{where}: expected 'client' or 'broker', got {reprlib.repr(value)}"
+        )
+
+
+def _check_list(value: object, where: str, check_item: _Check, expected: str) -> None:
+    if type(value) is not list:
+        _fail(where, expected, value)
+    for index, item in enumerate(value):
+        check_item(item, f"{where}[{index}]")
+
+
+def _check_int_list(value: object, where: str) -> None:
+    _check_list(value, where, _check_int, "list of int")
+
+
+def _check_str_list(value: object, where: str) -> None:
+    _check_list(value, where, _check_str, "list of str")
+
+
+def _check_scalar(value: object, where: str) -> None:
+    if type(value) not in _SCALAR_TYPES:
+        _fail(where, _SCALARS_TEXT, value)
+    if type(value) is int:
+        _check_int(value, where)
+
+
+def _check_key(key: object, where: str) -> None:
+    if type(key) is not str:
+        raise ProtocolError(
+            ERR_MALFORMED, f"{where}: keys must be str, got {_describe(key)} {reprlib.repr(key)}"
+        )
+
+
+def _check_attributes(value: object, where: str) -> None:
+    if type(value) is not dict:
+        _fail(where, "dict", value)
+    for key, item in value.items():
+        _check_key(key, where)
+        _check_scalar(item, f"{where}[{reprlib.repr(key)}]")
+
+
+def _check_constraint(value: object, where: str) -> None:
+    if type(value) is not list or len(value) not in (2, 3):
+        got = f"{len(value)} items" if type(value) is list else _describe(value)
+        raise ProtocolError(
+            ERR_MALFORMED, f"{where}: expected [name, op] or [name, op, value], got {got}"
+        )
+    _check_str(value[0], f"{where}[0] (name)")
+    _check_str(value[1], f"{where}[1] (op)")
+    if len(value) == 3 and value[2] is not None:
+        _check_scalar(value[2], f"{where}[2] (value)")
+
+
+def _check_filter(value: object, where: str) -> None:
+    _check_list(value, where, _check_constraint, "list of constraints")
+
+
+def _check_stats(value: object, where: str, depth: int = 1) -> None:
+    if type(value) is not dict:
+        _fail(where, "dict", value)
+    if depth > MAX_STATS_DEPTH:
+        raise ProtocolError(ERR_MALFORMED, f"{where}: nested deeper than {MAX_STATS_DEPTH}")
+    for key, item in value.items():
+        _check_key(key, where)
+        here = f"{where}[{reprlib.repr(key)}]"
+        if type(item) is dict:
+            _check_stats(item, here, depth + 1)
+        elif type(item) in (int, float, str):
+            _check_scalar(item, here)
+        else:
+            _fail(here, "int, float, str or dict", item)
+
+
+# Field annotation -> check. Every message field's annotation must be a key here.
+_CHECKERS: dict[object, _Check] = {
+    int: _check_int,
+    str: _check_str,
+    str | None: _check_optional_str,
+    Role: _check_role,
+    list[int]: _check_int_list,
+    list[str]: _check_str_list,
+    Attributes: _check_attributes,
+    WireFilter: _check_filter,
+    StatsTree: _check_stats,
+}
+
+
+# --- fast checks for Publish and Deliver, the hot path: they only answer yes or no (no
+# field paths to build); on no, the generic checks above run to name the culprit.
+
+
+def _fits_64(values: Iterable[Any]) -> bool:
+    """Whether every int among ``values`` fits msgpack's int64/uint64 range."""
+    return all(_INT_MIN <= value <= _UINT_MAX for value in values if type(value) is int)
+
+
+def _ints_typed(values: Any) -> bool:
+    return type(values) is list and _INT_ONLY.issuperset(map(type, values))
+
+
+def _event_typed(event_id: Any, publisher: Any, attributes: Any, path: Any, t_ns: Any) -> bool:
+    """Type check of the event fields of Publish and Deliver (int ranges excepted)."""
+    if (
+        type(event_id) is not str
+        or type(publisher) is not str
+        or type(attributes) is not dict
+        or type(path) is not list
+        or type(t_ns) is not int
+    ):
+        return False
+    for hop in path:
+        if type(hop) is not str:
+            return False
+    for key, value in attributes.items():
+        if type(key) is not str or type(value) not in _SCALAR_TYPES:
+            return False
+    return True
+
+
+# --- message types --------------------------------------------------------------------
+
+
+class _Message:
+    """Base of all message types: validation on construction, type code, wire fields."""
+
+    __slots__ = ()
+    TYPE: ClassVar[int]
+    _CHECKS: ClassVar[tuple[tuple[str, _Check], ...]]
+    _WIRE: ClassVar[Any]  # message -> tuple (type code, *fields), ready for msgpack
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+    @classmethod
+    def _from_wire(cls, wire: list[Any]) -> Any:
+        """The message of a wire array ``[type, *fields]`` of the right length."""
+        return cls(*wire[1:])
+
+    def _validate(self) -> None:
+        name = type(self).__name__
+        for field_name, check in self._CHECKS:
+            check(getattr(self, field_name), f"{name}.{field_name}")
+
+
+@dataclass(frozen=True, slots=True)
+class Hello(_Message):
+    """First message of the connecting side: who it is, and the secret if one is set."""
+
+    TYPE: ClassVar[int] = 1
+    version: int
+    role: Role
+    node_id: str
+    secret: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome(_Message):
+    """The accepting side's answer to a Hello it accepts; completes the handshake."""
+
+    TYPE: ClassVar[int] = 2
+    version: int
+    node_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Bye(_Message):
+    """The sender will send nothing more on this connection (a half-close)."""
+
+    TYPE: ClassVar[int] = 3
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Error(_Message):
+    """The sender detected a problem (``code``: an ``ERR_*`` value or an application code)
+    and will send nothing more; like Bye, it closes the sender's direction."""
+
+    TYPE: ClassVar[int] = 4
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ping(_Message):
+    """Liveness / round-trip probe; the peer answers Pong with the same nonce."""
+
+    TYPE: ClassVar[int] = 5
+    nonce: int
+
+
+@dataclass(frozen=True, slots=True)
+class Pong(_Message):
+    """Answer to Ping."""
+
+    TYPE: ClassVar[int] = 6
+    nonce: int
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe(_Message):
+    """Install subscription ``sub_id`` (chosen by the sender, unique per connection)."""
+
+    TYPE: ClassVar[int] = 10
+    sub_id: int
+    filter: WireFilter
+
+
+@dataclass(frozen=True, slots=True)
+class SubAck(_Message):
+    """Subscription ``sub_id`` is in force everywhere it had to be forwarded to."""
+
+    TYPE: ClassVar[int] = 11
+    sub_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe(_Message):
+    """Remove subscription ``sub_id``."""
+
+    TYPE: ClassVar[int] = 12
+    sub_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnsubAck(_Message):
+    """Subscription ``sub_id`` is removed."""
+
+    TYPE: ClassVar[int] = 13
+    sub_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Publish(_Message):
+    """An event, from a publishing client or forwarded between brokers (``path``: the
+    ids of the brokers it has passed, in order)."""
+
+    TYPE: ClassVar[int] = 20
+    event_id: str
+    publisher: str
+    attributes: Attributes
+    path: list[str]
+    t_publish_ns: int
+
+    def __post_init__(self) -> None:
+        if not (
+            _event_typed(
+                self.event_id, self.publisher, self.attributes, self.path, self.t_publish_ns
+            )
+            and _fits_64((self.t_publish_ns, *self.attributes.values()))
+        ):
+            self._validate()
+
+    @classmethod
+    def _from_wire(cls, wire: list[Any]) -> "Publish":
+        _, event_id, publisher, attributes, path, t_ns = wire
+        if _event_typed(event_id, publisher, attributes, path, t_ns):  # msgpack ints fit 64 bits
+            return _build_publish(event_id, publisher, attributes, path, t_ns)
+        return cls(*wire[1:])  # raises ProtocolError naming the bad field
+
+    def with_hop(self, broker_id: str) -> "Publish":
+        """This event with ``broker_id`` appended to its path (for forwarding); only the
+        new hop is checked. The attributes dict is shared, not copied."""
+        _check_str(broker_id, "Publish.with_hop(broker_id)")
+        path = [*self.path, broker_id]
+        return _build_publish(
+            self.event_id, self.publisher, self.attributes, path, self.t_publish_ns
+        )
+
+    def to_deliver(self, sub_ids: list[int]) -> "Deliver":
+        """A Deliver of this event for ``sub_ids``; only ``sub_ids`` is checked. The
+        attributes dict and path list are shared, not copied."""
+        if not (_ints_typed(sub_ids) and _fits_64(sub_ids)):
+            _check_int_list(sub_ids, "Publish.to_deliver(sub_ids)")
+        return _build_deliver(
+            sub_ids, self.event_id, self.publisher, self.attributes, self.path, self.t_publish_ns
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver(_Message):
+    """An event delivered by a broker to a client, for its subscriptions ``sub_ids``."""
+
+    TYPE: ClassVar[int] = 21
+    sub_ids: list[int]
+    event_id: str
+    publisher: str
+    attributes: Attributes
+    path: list[str]
+    t_publish_ns: int
+
+    def __post_init__(self) -> None:
+        if not (
+            _ints_typed(self.sub_ids)
+            and _event_typed(
+                self.event_id, self.publisher, self.attributes, self.path, self.t_publish_ns
+            )
+            and _fits_64((self.t_publish_ns, *self.sub_ids, *self.attributes.values()))
+        ):
+            self._validate()
+
+    @classmethod
+    def _from_wire(cls, wire: list[Any]) -> "Deliver":
+        _, sub_ids, event_id, publisher, attributes, path, t_ns = wire
+        if _ints_typed(sub_ids) and _event_typed(event_id, publisher, attributes, path, t_ns):
+            return _build_deliver(sub_ids, event_id, publisher, attributes, path, t_ns)
+        return cls(*wire[1:])  # raises ProtocolError naming the bad field
+
+
+@dataclass(frozen=True, slots=True)
+class Flush(_Message):
+    """Asks the broker to answer FlushAck once everything sent before it is accepted."""
+
+    TYPE: ClassVar[int] = 22
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class FlushAck(_Message):
+    """Everything sent before the Flush with this token has been accepted."""
+
+    TYPE: ClassVar[int] = 23
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatsRequest(_Message):
+    """Asks the broker for a Stats snapshot."""
+
+    TYPE: ClassVar[int] = 30
+
+
+@dataclass(frozen=True, slots=True)
+class Stats(_Message):
+    """Counters and gauges of a broker: nested dicts of str -> int, float or str."""
+
+    TYPE: ClassVar[int] = 31
+    stats: StatsTree
+
+
+# fmt: off
+Message = (
+    Hello | Welcome | Bye | Error | Ping | Pong | Subscribe | SubAck | Unsubscribe | UnsubAck
+    | Publish | Deliver | Flush | FlushAck | StatsRequest | Stats
+)
+# fmt: on
+MESSAGE_TYPES: tuple[type[Message], ...] = get_args(Message)
+
+
+def _register(types: tuple[type[Message], ...]) -> dict[int, type[Message]]:
+    """Derive each type's checks and wire getter from its fields; map codes to types."""
+    by_code: dict[int, type[Message]] = {}
+    for cls in types:
+        names = tuple(f.name for f in fields(cls))
+        cls._CHECKS = tuple((f.name, _CHECKERS[f.type]) for f in fields(cls))
+        # attrgetter with a single name returns a bare value, not a 1-tuple.
+        getter = attrgetter("TYPE", *names) if names else lambda m: (m.TYPE,)
+        cls._WIRE = staticmethod(getter)
+        if cls.TYPE in by_code:
+            raise RuntimeError(f"type code {cls.TYPE} used twice")
+        by_code[cls.TYPE] = cls
+    return by_code
+
+
+_BY_CODE = _register(MESSAGE_TYPES)
+
+
+# --- unchecked construction for the hot path. A frozen dataclass's __init__ assigns each
+# field through object.__setattr__, which costs as much as all of Publish's checks; for
+# values already checked, the slot descriptors are set directly (several times cheaper).
+
+
+def _slot_setters(cls: type) -> tuple[Any, ...]:
+    return tuple(getattr(cls, f.name).__set__ for f in fields(cls))
+
+
+_new = object.__new__
+_PUBLISH_SETTERS = _slot_setters(Publish)
+_DELIVER_SETTERS = _slot_setters(Deliver)
+
+
+def _build_publish(
+    event_id: str, publisher: str, attributes: Attributes, path: list[str], t_ns: int
+) -> Publish:
+    set_event_id, set_publisher, set_attributes, set_path, set_t = _PUBLISH_SETTERS
+    message = _new(Publish)
+    set_event_id(message, event_id)
+    set_publisher(message, publisher)
+    set_attributes(message, attributes)
+    set_path(message, path)
+    set_t(message, t_ns)
+    return message
+
+
+def _build_deliver(
+    sub_ids: list[int],
+    event_id: str,
+    publisher: str,
+    attributes: Attributes,
+    path: list[str],
+    t_ns: int,
+) -> Deliver:
+    set_sub_ids, set_event_id, set_publisher, set_attributes, set_path, set_t = _DELIVER_SETTERS
+    message = _new(Deliver)
+    set_sub_ids(message, sub_ids)
+    set_event_id(message, event_id)
+    set_publisher(message, publisher)
+    set_attributes(message, attributes)
+    set_path(message, path)
+    set_t(message, t_ns)
+    return message
+
+
+# --- codec ----------------------------------------------------------------------------
+
+
+class _Packer(threading.local):
+    """One msgpack Packer per thread: reusing it is much faster than ``packb`` (which
+    builds a new Packer per call), and a Packer must not be shared between threads."""
+
+    def __init__(self) -> None:
+        self.pack = msgpack.Packer(use_bin_type=True).pack
+
+
+_packer = _Packer()
+
+
+def encode_message(message: Message) -> bytes:
+    """The msgpack payload of ``message`` (no length prefix)."""
+    return _packer.pack(message._WIRE(message))
+
+
+def decode_message(payload: bytes | bytearray | memoryview) -> Message:
+    """Decode and validate one payload; raises ProtocolError, and only ProtocolError.
+
+    unpackb's size limits (``max_str_len`` etc.) default to the payload's length, which
+    is what we want: nothing can claim more items than the frame has bytes.
+    """
+    try:
+        obj = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises ValueError subclasses, TypeError, ...
+        detail = str(exc) or type(exc).__name__
+        raise ProtocolError(ERR_MALFORMED, f"payload is not valid msgpack: {detail}") from None
+    if type(obj) is not list or not obj:
+        expected = "a non-empty array [type, fields...]"
+        raise ProtocolError(ERR_MALFORMED, f"payload must be {expected}, got {_describe(obj)}")
+    code = obj[0]
+    cls = _BY_CODE.get(code) if type(code) is int else None
+    if cls is None:
+        raise ProtocolError(ERR_UNKNOWN_TYPE, f"unknown message type {reprlib.repr(code)}")
+    if len(obj) - 1 != len(cls._CHECKS):
+        raise ProtocolError(
+            ERR_MALFORMED,
+            f"{cls.__name__} takes {len(cls._CHECKS)} field(s), got {len(obj) - 1}",
+        )
+    return cls._from_wire(obj)

@@ -1,0 +1,400 @@
+"""Sans-I/O wire protocol of the broker network: framing plus the connection state machine.
+
+Bytes in, messages out (``Connection.receive_data``); messages in, bytes out
+(``Connection.send``). No sockets, no trio: the caller moves the bytes, so every rule
+here can be tested without a network. The message types live in ``broker.messages``
+and are re-exported here.
+
+Framing: a 4-byte big-endian unsigned length, then that many bytes of msgpack payload.
+A length of 0, or above the connection's ``max_frame``, is refused as soon as the four
+length bytes are in, without waiting for (or buffering) the body.
+
+Sides. The *initiator* opened the TCP connection: it sends Hello, then waits for Welcome.
+The *acceptor* waits for Hello, then answers Welcome (or Error to refuse it). Only brokers
+accept connections, so an acceptor's own role is "broker" and an initiator's peer is a
+broker; the initiator's role ("client", or "broker" for a child linking to its parent) is
+the one its Hello declares. Neither side may send anything but Bye or Error until the
+handshake is complete (no pipelining behind Hello).
+
+Closing. Bye and Error close the *sender's* direction only, like a TCP half-close: after
+sending Bye a side may still receive what the peer had in flight; after receiving Bye it
+may still send (a Bye of its own, say). ``state`` becomes CLOSED once both directions are.
+
+Violations. ``receive_data`` raises ProtocolError for anything malformed or not allowed
+by ``DIRECTION_TABLE``; the connection is then in state ERROR for good, and the caller
+should write ``error_frame(exc.code, exc.message)`` and close. Messages decoded earlier
+in the same ``receive_data`` call are dropped with the connection. ``send`` raises
+ProtocolError for a message this side may not send now (ERR_UNEXPECTED) or that does not
+fit in a frame (ERR_FRAMING); that is a bug in the caller, and leaves the state unchanged.
+
+Not the protocol's business, left to the caller: checking Hello's secret (answer Error
+instead of Welcome), answering Ping with Pong and Flush with FlushAck, timeouts.
+"""
+
+import struct
+from enum import Enum
+from typing import Literal
+
+from broker.messages import (
+    ERR_FRAMING,
+    ERR_MALFORMED,
+    ERR_UNEXPECTED,
+    ERR_UNKNOWN_TYPE,
+    ERR_VERSION,
+    MESSAGE_TYPES,
+    PROTOCOL_VERSION,
+    Bye,
+    Deliver,
+    Error,
+    Flush,
+    FlushAck,
+    Hello,
+    Message,
+    Ping,
+    Pong,
+    ProtocolError,
+    Publish,
+    Role,
+    Stats,
+    StatsRequest,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+    Welcome,
+    decode_message,
+    encode_message,
+)
+
+__all__ = [
+    "B2B",
+    "B2C",
+    "C2B",
+    "DEFAULT_MAX_FRAME",
+    "DIRECTION_TABLE",
+    "ERR_FRAMING",
+    "ERR_MALFORMED",
+    "ERR_UNEXPECTED",
+    "ERR_UNKNOWN_TYPE",
+    "ERR_VERSION",
+    "MESSAGE_TYPES",
+    "PROTOCOL_VERSION",
+    "Bye",
+    "Connection",
+    "Deliver",
+    "Error",
+    "Flush",
+    "FlushAck",
+    "Hello",
+    "Message",
+    "Ping",
+    "Pong",
+    "ProtocolError",
+    "Publish",
+    "Role",
+    "Side",
+    "State",
+    "Stats",
+    "StatsRequest",
+    "SubAck",
+    "Subscribe",
+    "UnsubAck",
+    "Unsubscribe",
+    "Welcome",
+    "decode_message",
+    "encode_frame",
+    "encode_message",
+    "error_frame",
+]
+
+DEFAULT_MAX_FRAME = 1_048_576
+_LENGTH = struct.Struct(">I")
+_MAX_LENGTH = 2**32 - 1
+
+Side = Literal["initiator", "acceptor"]
+
+
+class State(Enum):
+    """Where a connection stands. The four handshake states are named after what that
+    side has to do next."""
+
+    SEND_HELLO = "send-hello"  # initiator: must send Hello
+    AWAIT_WELCOME = "await-welcome"  # initiator: Hello sent, waiting for Welcome
+    AWAIT_HELLO = "await-hello"  # acceptor: waiting for Hello
+    SEND_WELCOME = "send-welcome"  # acceptor: Hello received, must answer Welcome or Error
+    OPEN = "open"  # handshake complete (one direction may be closed already)
+    CLOSED = "closed"  # both directions closed by Bye or Error
+    ERROR = "error"  # received data violated the protocol; nothing more is accepted
+
+
+_HANDSHAKE = frozenset(
+    {State.SEND_HELLO, State.AWAIT_WELCOME, State.AWAIT_HELLO, State.SEND_WELCOME}
+)
+# Links, as (sender role, receiver role). There is no client-to-client link.
+C2B: tuple[Role, Role] = ("client", "broker")
+B2C: tuple[Role, Role] = ("broker", "client")
+B2B: tuple[Role, Role] = ("broker", "broker")
+_ANY_LINK = (C2B, B2C, B2B)
+_TO_BROKER = (C2B, B2B)
+_FROM_BROKER = (B2C, B2B)
+
+# Where each message type may be *received*: in which states of the receiver during the
+# handshake, and once OPEN, on which links (sender role, receiver role). Anything else is
+# ERR_UNEXPECTED. What a side may *send* is what its peer may receive: during the
+# handshake, in the peer's counterpart state (_COUNTERPART); once OPEN, on the same link.
+# fmt: off
+DIRECTION_TABLE: dict[type[Message], tuple[frozenset[State], tuple[tuple[Role, Role], ...]]] = {
+    #              handshake states of the receiver         links once OPEN
+    Hello:        (frozenset({State.AWAIT_HELLO}),          ()),
+    Welcome:      (frozenset({State.AWAIT_WELCOME}),        ()),
+    Bye:          (_HANDSHAKE,                              _ANY_LINK),
+    Error:        (_HANDSHAKE,                              _ANY_LINK),
+    Ping:         (frozenset(),                             _ANY_LINK),
+    Pong:         (frozenset(),                             _ANY_LINK),
+    Subscribe:    (frozenset(),                             _TO_BROKER),
+    SubAck:       (frozenset(),                             _FROM_BROKER),
+    Unsubscribe:  (frozenset(),                             _TO_BROKER),
+    UnsubAck:     (frozenset(),                             _FROM_BROKER),
+    Publish:      (frozenset(),                             _TO_BROKER),
+    Deliver:      (frozenset(),                             (B2C,)),
+    Flush:        (frozenset(),                             _TO_BROKER),
+    FlushAck:     (frozenset(),                             _FROM_BROKER),
+    StatsRequest: (frozenset(),                             _TO_BROKER),
+    Stats:        (frozenset(),                             _FROM_BROKER),
+}
+# fmt: on
+
+_COUNTERPART = {
+    State.SEND_HELLO: State.AWAIT_HELLO,
+    State.AWAIT_HELLO: State.SEND_HELLO,
+    State.AWAIT_WELCOME: State.SEND_WELCOME,
+    State.SEND_WELCOME: State.AWAIT_WELCOME,
+}
+_NOTHING: frozenset[type[Message]] = frozenset()
+_IN_STATE = {
+    state: frozenset(kind for kind, (states, _) in DIRECTION_TABLE.items() if state in states)
+    for state in _HANDSHAKE
+}
+_ON_LINK = {
+    link: frozenset(kind for kind, (_, links) in DIRECTION_TABLE.items() if link in links)
+    for link in _ANY_LINK
+}
+_TRANSITIONS = frozenset({Hello, Welcome, Bye, Error})
+
+
+def encode_frame(message: Message, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
+    """One complete frame for ``message``, e.g. to encode an event once and write the
+    same bytes to many links (see ``Connection.send``'s ``frame`` argument)."""
+    payload = encode_message(message)
+    if len(payload) > max_frame:
+        raise ProtocolError(
+            ERR_FRAMING,
+            f"{type(message).__name__} needs {len(payload)} bytes, over the maximum of {max_frame}",
+        )
+    return _LENGTH.pack(len(payload)) + payload
+
+
+def error_frame(code: str, message: str) -> bytes:
+    """The frame of an Error message: the answer to a violation, written before closing."""
+    return encode_frame(Error(code, message))
+
+
+def _bad_length(length: int, max_frame: int) -> ProtocolError:
+    if length == 0:
+        return ProtocolError(ERR_FRAMING, "zero-length frame")
+    return ProtocolError(ERR_FRAMING, f"frame of {length} bytes exceeds the maximum of {max_frame}")
+
+
+class Connection:
+    """The protocol state of one connection, seen from one side (see the module doc)."""
+
+    def __init__(self, side: Side, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        if side not in ("initiator", "acceptor"):
+            raise ValueError(f"side must be 'initiator' or 'acceptor', not {side!r}")
+        if not 0 < max_frame <= _MAX_LENGTH:
+            raise ValueError(f"max_frame must be in 1..{_MAX_LENGTH}, not {max_frame}")
+        self._side: Side = side
+        self._max_frame = max_frame
+        initiator = side == "initiator"
+        self._state = State.SEND_HELLO if initiator else State.AWAIT_HELLO
+        self._our_role: Role | None = None if initiator else "broker"
+        self._peer_role: Role | None = None
+        self._peer_id: str | None = None
+        self._our_closed = False
+        self._peer_closed = False
+        self._error: ProtocolError | None = None
+        self._buffer = bytearray()
+        self._receivable = self._sendable = _NOTHING
+        self._update_allowed()
+
+    @property
+    def side(self) -> Side:
+        return self._side
+
+    @property
+    def max_frame(self) -> int:
+        return self._max_frame
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def our_role(self) -> Role | None:
+        """Our role: "broker" for an acceptor; an initiator's is known once Hello is sent."""
+        return self._our_role
+
+    @property
+    def peer_role(self) -> Role | None:
+        """The peer's role, known once the peer's Hello or Welcome has arrived."""
+        return self._peer_role
+
+    @property
+    def peer_id(self) -> str | None:
+        """The peer's node id, from its Hello or Welcome."""
+        return self._peer_id
+
+    @property
+    def our_closed(self) -> bool:
+        """This side has sent Bye or Error."""
+        return self._our_closed
+
+    @property
+    def peer_closed(self) -> bool:
+        """The peer has sent Bye or Error."""
+        return self._peer_closed
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[Message]:
+        """Buffer ``data`` and return the messages of every frame it completes.
+
+        Raises ProtocolError on any violation; the connection is then in state ERROR and
+        every later call raises again.
+        """
+        if self._error is not None:
+            error = self._error
+            raise ProtocolError(error.code, f"connection already failed: {error.message}")
+        buffer = self._buffer
+        buffer += data
+        messages: list[Message] = []
+        try:
+            consumed = self._parse_frames(buffer, messages)
+        except ProtocolError as exc:
+            self._fail(exc)
+            raise
+        del buffer[:consumed]
+        return messages
+
+    def send(self, message: Message, frame: bytes | None = None) -> bytes:
+        """The bytes to write for ``message``, after checking this side may send it now.
+
+        ``frame``, if given, must be ``encode_frame(message)``: it is returned as is, so a
+        message sent on many links is encoded once.
+        """
+        kind = type(message)
+        if kind not in self._sendable:
+            raise self._unexpected(kind, receiving=False)
+        if frame is None:
+            frame = encode_frame(message, self._max_frame)
+        if kind in _TRANSITIONS:
+            self._on_sent(message)
+        return frame
+
+    def _parse_frames(self, buffer: bytearray, messages: list[Message]) -> int:
+        """Append the messages of all complete frames in ``buffer``; return the number of
+        bytes they took. Frames are read in place through a memoryview."""
+        max_frame = self._max_frame
+        receivable = self._receivable
+        read_length = _LENGTH.unpack_from
+        end = len(buffer)
+        start = 0
+        with memoryview(buffer) as view:
+            while end - start >= 4:
+                (length,) = read_length(buffer, start)
+                if not 0 < length <= max_frame:
+                    raise _bad_length(length, max_frame)
+                stop = start + 4 + length
+                if stop > end:
+                    break
+                message = decode_message(view[start + 4 : stop])
+                kind = type(message)
+                if kind not in receivable:
+                    raise self._unexpected(kind, receiving=True)
+                if kind in _TRANSITIONS:
+                    self._on_received(message)
+                    receivable = self._receivable
+                messages.append(message)
+                start = stop
+        return start
+
+    def _on_received(self, message: Message) -> None:
+        if isinstance(message, Hello | Welcome):
+            if message.version != PROTOCOL_VERSION:
+                raise ProtocolError(
+                    ERR_VERSION,
+                    f"peer speaks protocol version {message.version}, "
+                    f"this side speaks {PROTOCOL_VERSION}",
+                )
+            self._peer_id = message.node_id
+            if isinstance(message, Hello):
+                self._peer_role = message.role
+                self._state = State.SEND_WELCOME
+            else:
+                self._peer_role = "broker"
+                self._state = State.OPEN
+        else:  # Bye or Error
+            self._peer_closed = True
+            if self._our_closed:
+                self._state = State.CLOSED
+        self._update_allowed()
+
+    def _on_sent(self, message: Message) -> None:
+        if isinstance(message, Hello):
+            self._our_role = message.role
+            self._state = State.AWAIT_WELCOME
+        elif isinstance(message, Welcome):
+            self._state = State.OPEN
+        else:  # Bye or Error
+            self._our_closed = True
+            if self._peer_closed:
+                self._state = State.CLOSED
+        self._update_allowed()
+
+    def _fail(self, error: ProtocolError) -> None:
+        self._error = error
+        self._state = State.ERROR
+        # A new buffer rather than clear(): a memoryview slice kept alive by the
+        # exception's traceback may still pin the old one.
+        self._buffer = bytearray()
+        self._update_allowed()
+
+    def _update_allowed(self) -> None:
+        """Recompute the sets of message types we may receive and send now."""
+        self._receivable = self._allowed(receiving=True)
+        self._sendable = self._allowed(receiving=False)
+
+    def _allowed(self, *, receiving: bool) -> frozenset[type[Message]]:
+        state = self._state
+        if state is State.ERROR or (self._peer_closed if receiving else self._our_closed):
+            return _NOTHING
+        if state is State.OPEN:
+            ours, peers = self._our_role, self._peer_role
+            return _ON_LINK.get((peers, ours) if receiving else (ours, peers), _NOTHING)
+        # During the handshake a side may send what its peer may receive in its state.
+        return _IN_STATE[state if receiving else _COUNTERPART[state]]
+
+    def _unexpected(self, kind: type[Message], *, receiving: bool) -> ProtocolError:
+        name = kind.__name__
+        verb = f"received {name}" if receiving else f"cannot send {name}"
+        if self._state is State.ERROR:
+            detail = "after the connection failed; answer with error_frame()"
+        elif self._peer_closed if receiving else self._our_closed:
+            detail = "after Bye or Error from " + ("the peer" if receiving else "this side")
+        elif self._state is not State.OPEN:
+            detail = f"during the handshake (state {self._state.name})"
+        elif kind is Hello or kind is Welcome:
+            detail = "after the handshake completed"
+        else:
+            ours, peers = self._our_role, self._peer_role
+            sender, receiver = (peers, ours) if receiving else (ours, peers)
+            detail = f"(a {sender} may not send {name} to a {receiver})"
+        return ProtocolError(ERR_UNEXPECTED, f"{verb} {detail}")
