@@ -1,0 +1,50 @@
+"""Client library of the broker network (DESIGN 3.5): publish, subscribe, unsubscribe.
+
+Blocking, for scripts and notebooks::
+
+    import client
+
+    with client.Client.connect("127.0.0.1", 7108, name="sub-1") as c:
+        sub = c.subscribe("family = 7 and price < 120.5")
+        c.publish({"type": "callForOffers", "family": 7, "price": 99.0})
+        event = sub.next(timeout=1.0)  # the attributes dict; TimeoutError if none comes
+        c.unsubscribe(sub)
+
+Trio::
+
+    async with client.open_client("127.0.0.1", 7108, name="sub-1") as c:
+        sub = await c.subscribe("family = 7")
+        await c.publish({"family": 7})
+        async for event in sub:
+            ...
+
+``subscribe`` returns once the subscription is in force everywhere; ``publish``
+returns once the event is handed to the connection, and ``flush`` waits until the
+broker has accepted everything published before. Subscription queues are unbounded:
+the application must consume what it subscribes to.
+"""
+
+from client.aio import (
+    AsyncClient,
+    AsyncSubscription,
+    BrokerError,
+    ClientError,
+    ConnectionLost,
+    Delivery,
+    SubscriptionClosed,
+    open_client,
+)
+from client.blocking import Client, Subscription
+
+__all__ = [
+    "AsyncClient",
+    "AsyncSubscription",
+    "BrokerError",
+    "Client",
+    "ClientError",
+    "ConnectionLost",
+    "Delivery",
+    "Subscription",
+    "SubscriptionClosed",
+    "open_client",
+]

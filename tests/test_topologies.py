@@ -150,10 +150,21 @@ FAMILY = re.compile(r"\bfamily = (\d+)")
 
 # Thesis Table 6.1, model column (msg/s), broker -> (scenario 1, scenario 2).
 TABLE_6_1 = {
-    1: (94.66, 61.88), 2: (94.65, 61.88), 3: (89.93, 59.28), 4: (90.40, 58.27),
-    5: (83.42, 56.42), 6: (85.24, 56.35), 7: (71.90, 48.63), 8: (78.91, 51.12),
-    9: (67.15, 43.49), 10: (67.14, 47.01), 11: (59.54, 41.72), 12: (58.26, 40.01),
-    13: (73.09, 48.23), 14: (56.35, 38.49), 15: (63.11, 42.97),
+    1: (94.66, 61.88),
+    2: (94.65, 61.88),
+    3: (89.93, 59.28),
+    4: (90.40, 58.27),
+    5: (83.42, 56.42),
+    6: (85.24, 56.35),
+    7: (71.90, 48.63),
+    8: (78.91, 51.12),
+    9: (67.15, 43.49),
+    10: (67.14, 47.01),
+    11: (59.54, 41.72),
+    12: (58.26, 40.01),
+    13: (73.09, 48.23),
+    14: (56.35, 38.49),
+    15: (63.11, 42.97),
 }
 
 
@@ -175,7 +186,8 @@ def expected_throughput(study: CaseStudy, rates: dict[int, float]) -> dict[int, 
     for broker in study.topology.brokers:
         share = len(wanted_families(study, broker)) / study.workload.families
         throughput[broker] = sum(
-            rate if broker in study.topology.ancestors(study.publishers[pid].broker)
+            rate
+            if broker in study.topology.ancestors(study.publishers[pid].broker)
             else rate * share
             for pid, rate in rates.items()
         )
@@ -234,8 +246,9 @@ def test_rates_for_unknown_scenario_lists_known_ones(tmp_path: Path) -> None:
 def test_topology_only_file_and_defaults(tmp_path: Path) -> None:
     path = write(tmp_path, "base_port = 8000\n[[brokers]]\nid = 1\n", name="solo.toml")
     topo = load_topology(path)
-    assert topo == Topology("solo", "127.0.0.1", 8000, "hierarchical",
-                            {1: BrokerSpec(1, None, "127.0.0.1", 8001)})
+    assert topo == Topology(
+        "solo", "127.0.0.1", 8000, "hierarchical", {1: BrokerSpec(1, None, "127.0.0.1", 8001)}
+    )
     study = load_case_study(path)
     assert study.workload is None
     assert not study.publishers and not study.subscribers and not study.scenarios
@@ -277,105 +290,213 @@ def test_filter_parser_errors_name_the_filter(tmp_path: Path) -> None:
 
 BAD_CASES = [
     # unknown keys at every level
-    ([("base_port = 7000", 'base_port = 7000\ncolour = "red"')], "colour",
-     "unknown key; allowed keys: name, host, base_port, routing, brokers"),
-    ([("id = 3\nparent = 1", "id = 3\nparent = 1\nweight = 2")], "brokers[2].weight",
-     "unknown key; allowed keys: id, parent, host, port"),
+    (
+        [("base_port = 7000", 'base_port = 7000\ncolour = "red"')],
+        "colour",
+        "unknown key; allowed keys: name, host, base_port, routing, brokers",
+    ),
+    (
+        [("id = 3\nparent = 1", "id = 3\nparent = 1\nweight = 2")],
+        "brokers[2].weight",
+        "unknown key; allowed keys: id, parent, host, port",
+    ),
     ([("families = 10", "familys = 10")], "workload.familys", "unknown key"),
     ([("rate = 5.0", "rate = 5.0\nburst = 3")], "publishers[0].burst", "unknown key"),
-    ([("broker = 3\nfilters", "broker = 3\nqos = 1\nfilters")], "subscribers[0].qos",
-     "unknown key"),
-    ([("rate_scale = 2.0", "rate_scale = 2.0\nrepeat = 2")], "scenarios[0].repeat",
-     "unknown key"),
+    (
+        [("broker = 3\nfilters", "broker = 3\nqos = 1\nfilters")],
+        "subscribers[0].qos",
+        "unknown key",
+    ),
+    ([("rate_scale = 2.0", "rate_scale = 2.0\nrepeat = 2")], "scenarios[0].repeat", "unknown key"),
     # wrong types (bools are not ints)
-    ([("[[brokers]]\nid = 1\n", "[[brokers]]\nid = true\n")], "brokers[0].id",
-     "must be an integer, got a boolean"),
-    ([("base_port = 7000", 'base_port = "7000"')], "base_port",
-     "must be an integer, got a string"),
-    ([("id = 2\nparent = 1", "id = 2\nparent = 1.0")], "brokers[1].parent",
-     "must be an integer, got a float"),
+    (
+        [("[[brokers]]\nid = 1\n", "[[brokers]]\nid = true\n")],
+        "brokers[0].id",
+        "must be an integer, got a boolean",
+    ),
+    ([("base_port = 7000", 'base_port = "7000"')], "base_port", "must be an integer, got a string"),
+    (
+        [("id = 2\nparent = 1", "id = 2\nparent = 1.0")],
+        "brokers[1].parent",
+        "must be an integer, got a float",
+    ),
     ([("rate = 5.0", "rate = true")], "publishers[0].rate", "must be a number, got a boolean"),
     ([('name = "t"', "name = 3")], "name", "must be a string, got an integer"),
     ([('host = "127.0.0.1"', 'host = ""')], "host", "must not be empty"),
     ([("families = 10", "families = 0")], "workload.families", "must be at least 1"),
     ([("duration_s = 5", "duration_s = 0")], "workload.duration_s", "must be more than 0"),
-    ([("[workload]\nfamilies = 10\nduration_s = 5\n", ""),
-      ("base_port = 7000", "base_port = 7000\nworkload = 3")],
-     "workload", "must be a table, got an integer"),
-    ([('[[scenarios]]\nname = "s"\nrate_scale = 2.0\nrates = { 1 = 2.0 }\n', ""),
-      ("base_port = 7000", 'base_port = 7000\nscenarios = ["s"]')],
-     "scenarios[0]", "must be a table, got a string"),
-    ([("[[subscribers]]\nid = 1\nbroker = 3\nfilters = [\"family = 1\", \"family = 2\"]\n", ""),
-      ("base_port = 7000", "base_port = 7000\nsubscribers = 3")],
-     "subscribers", "must be an array of tables ([[subscribers]]), got an integer"),
+    (
+        [
+            ("[workload]\nfamilies = 10\nduration_s = 5\n", ""),
+            ("base_port = 7000", "base_port = 7000\nworkload = 3"),
+        ],
+        "workload",
+        "must be a table, got an integer",
+    ),
+    (
+        [
+            ('[[scenarios]]\nname = "s"\nrate_scale = 2.0\nrates = { 1 = 2.0 }\n', ""),
+            ("base_port = 7000", 'base_port = 7000\nscenarios = ["s"]'),
+        ],
+        "scenarios[0]",
+        "must be a table, got a string",
+    ),
+    (
+        [
+            ('[[subscribers]]\nid = 1\nbroker = 3\nfilters = ["family = 1", "family = 2"]\n', ""),
+            ("base_port = 7000", "base_port = 7000\nsubscribers = 3"),
+        ],
+        "subscribers",
+        "must be an array of tables ([[subscribers]]), got an integer",
+    ),
     # missing required keys
     ([("base_port = 7000\n", "")], "base_port", "missing required key"),
     ([("id = 2\nparent = 1", "parent = 1")], "brokers[1].id", "missing required key"),
     ([("rate = 5.0\n", "")], "publishers[0].rate", "missing required key"),
-    ([('filters = ["family = 1", "family = 2"]\n', "")], "subscribers[0].filters",
-     "missing required key"),
+    (
+        [('filters = ["family = 1", "family = 2"]\n', "")],
+        "subscribers[0].filters",
+        "missing required key",
+    ),
     # the brokers must form one tree
-    ([("id = 3\nparent = 1", "id = 2\nparent = 1")], "brokers[2].id",
-     "duplicate broker id 2 (also brokers[1])"),
-    ([("id = 3\nparent = 1", "id = 3\nparent = 99")], "brokers[2].parent",
-     "broker 99 does not exist"),
-    ([("id = 3\nparent = 1", "id = 3")], "brokers",
-     "a topology is one tree, but brokers 1, 3 have no parent"),
-    ([("id = 2\nparent = 1", "id = 2\nparent = 3"), ("id = 3\nparent = 1", "id = 3\nparent = 2")],
-     "brokers[1].parent", "cycle 2 -> 3 -> 2"),
+    (
+        [("id = 3\nparent = 1", "id = 2\nparent = 1")],
+        "brokers[2].id",
+        "duplicate broker id 2 (also brokers[1])",
+    ),
+    (
+        [("id = 3\nparent = 1", "id = 3\nparent = 99")],
+        "brokers[2].parent",
+        "broker 99 does not exist",
+    ),
+    (
+        [("id = 3\nparent = 1", "id = 3")],
+        "brokers",
+        "a topology is one tree, but brokers 1, 3 have no parent",
+    ),
+    (
+        [
+            ("id = 2\nparent = 1", "id = 2\nparent = 3"),
+            ("id = 3\nparent = 1", "id = 3\nparent = 2"),
+        ],
+        "brokers[1].parent",
+        "cycle 2 -> 3 -> 2",
+    ),
     ([("id = 3\nparent = 1", "id = 3\nparent = 3")], "brokers[2].parent", "cycle 3 -> 3"),
-    ([("[[brokers]]\nid = 1\n", "[[brokers]]\nid = 1\nparent = 2\n")], "brokers",
-     "no root: every broker has a parent"),
+    (
+        [("[[brokers]]\nid = 1\n", "[[brokers]]\nid = 1\nparent = 2\n")],
+        "brokers",
+        "no root: every broker has a parent",
+    ),
     # ports and addresses
-    ([("id = 3\nparent = 1", "id = 3\nparent = 1\nport = 70000")], "brokers[2].port",
-     "must be at most 65535"),
-    ([("id = 3\nparent = 1", "id = 3\nparent = 1\nport = 0")], "brokers[2].port",
-     "must be at least 1"),
-    ([("base_port = 7000", "base_port = 65534")], "brokers[1]",
-     "port base_port + id = 65536 is out of range 1..65535"),
-    ([("id = 3\nparent = 1", "id = 3\nparent = 1\nport = 7002")], "brokers[2]",
-     "address 127.0.0.1:7002 is also used by broker 2 (brokers[1])"),
-    ([('routing = "hierarchical"', 'routing = "gossip"')], "routing",
-     "must be one of 'hierarchical', 'acyclic', 'flooding', got 'gossip'"),
+    (
+        [("id = 3\nparent = 1", "id = 3\nparent = 1\nport = 70000")],
+        "brokers[2].port",
+        "must be at most 65535",
+    ),
+    (
+        [("id = 3\nparent = 1", "id = 3\nparent = 1\nport = 0")],
+        "brokers[2].port",
+        "must be at least 1",
+    ),
+    (
+        [("base_port = 7000", "base_port = 65534")],
+        "brokers[1]",
+        "port base_port + id = 65536 is out of range 1..65535",
+    ),
+    (
+        [("id = 3\nparent = 1", "id = 3\nparent = 1\nport = 7002")],
+        "brokers[2]",
+        "address 127.0.0.1:7002 is also used by broker 2 (brokers[1])",
+    ),
+    (
+        [('routing = "hierarchical"', 'routing = "gossip"')],
+        "routing",
+        "must be one of 'hierarchical', 'acyclic', 'flooding', got 'gossip'",
+    ),
     # clients
-    ([("broker = 2\nrate", "broker = 9\nrate")], "publishers[0].broker",
-     "broker 9 does not exist"),
-    ([("broker = 3\nfilters", "broker = 0\nfilters")], "subscribers[0].broker",
-     "broker 0 does not exist"),
-    ([("id = 2\nbroker = 3\nrate", "id = 1\nbroker = 3\nrate")], "publishers[1].id",
-     "duplicate publisher id 1"),
-    ([("[[scenarios]]", '[[subscribers]]\nid = 1\nbroker = 2\nfilters = ["true"]\n[[scenarios]]')],
-     "subscribers[1].id", "duplicate subscriber id 1"),
+    ([("broker = 2\nrate", "broker = 9\nrate")], "publishers[0].broker", "broker 9 does not exist"),
+    (
+        [("broker = 3\nfilters", "broker = 0\nfilters")],
+        "subscribers[0].broker",
+        "broker 0 does not exist",
+    ),
+    (
+        [("id = 2\nbroker = 3\nrate", "id = 1\nbroker = 3\nrate")],
+        "publishers[1].id",
+        "duplicate publisher id 1",
+    ),
+    (
+        [
+            (
+                "[[scenarios]]",
+                '[[subscribers]]\nid = 1\nbroker = 2\nfilters = ["true"]\n[[scenarios]]',
+            )
+        ],
+        "subscribers[1].id",
+        "duplicate subscriber id 1",
+    ),
     ([("rate = 5.0", "rate = -1.0")], "publishers[0].rate", "must be at least 0"),
     ([("rate = 5.0", "rate = nan")], "publishers[0].rate", "must be finite"),
     ([("rate = 5.0", "rate = inf")], "publishers[0].rate", "must be finite"),
-    ([('arrival = "constant"', 'arrival = "bursty"')], "publishers[1].arrival",
-     "must be one of 'poisson', 'constant', got 'bursty'"),
-    ([('filters = ["family = 1", "family = 2"]', "filters = []")], "subscribers[0].filters",
-     "must be a non-empty list of filter strings"),
-    ([('filters = ["family = 1", "family = 2"]', 'filters = "family = 1"')],
-     "subscribers[0].filters", "must be a non-empty list of filter strings"),
-    ([('filters = ["family = 1", "family = 2"]', 'filters = ["family = 1", 2]')],
-     "subscribers[0].filters[1]", "must be a string, got an integer"),
-    ([('filters = ["family = 1", "family = 2"]', 'filters = ["family = 1", " "]')],
-     "subscribers[0].filters[1]", "must not be empty"),
+    (
+        [('arrival = "constant"', 'arrival = "bursty"')],
+        "publishers[1].arrival",
+        "must be one of 'poisson', 'constant', got 'bursty'",
+    ),
+    (
+        [('filters = ["family = 1", "family = 2"]', "filters = []")],
+        "subscribers[0].filters",
+        "must be a non-empty list of filter strings",
+    ),
+    (
+        [('filters = ["family = 1", "family = 2"]', 'filters = "family = 1"')],
+        "subscribers[0].filters",
+        "must be a non-empty list of filter strings",
+    ),
+    (
+        [('filters = ["family = 1", "family = 2"]', 'filters = ["family = 1", 2]')],
+        "subscribers[0].filters[1]",
+        "must be a string, got an integer",
+    ),
+    (
+        [('filters = ["family = 1", "family = 2"]', 'filters = ["family = 1", " "]')],
+        "subscribers[0].filters[1]",
+        "must not be empty",
+    ),
     # scenarios
-    ([("rates = { 1 = 2.0 }", "rates = { 7 = 2.0 }")], "scenarios[0].rates.7",
-     "publisher 7 does not exist"),
-    ([("rates = { 1 = 2.0 }", "rates = { x = 2.0 }")], "scenarios[0].rates",
-     "key 'x' is not a publisher id (an integer)"),
-    ([("rates = { 1 = 2.0 }", "rates = { 1 = -2.0 }")], "scenarios[0].rates.1",
-     "must be at least 0"),
-    ([("rates = { 1 = 2.0 }", "rates = { 1 = 2.0, 01 = 3.0 }")], "scenarios[0].rates.01",
-     "publisher 1 is given twice"),
-    ([("rates = { 1 = 2.0 }", "rates = 3")], "scenarios[0].rates",
-     "must be a table, got an integer"),
-    ([("rate_scale = 2.0", "rate_scale = 0")], "scenarios[0].rate_scale",
-     "must be more than 0"),
-    ([("rate_scale = 2.0", "rate_scale = -1.5")], "scenarios[0].rate_scale",
-     "must be more than 0"),
-    ([("rates = { 1 = 2.0 }\n", 'rates = { 1 = 2.0 }\n\n[[scenarios]]\nname = "s"\n')],
-     "scenarios[1].name", "duplicate scenario name 's'"),
+    (
+        [("rates = { 1 = 2.0 }", "rates = { 7 = 2.0 }")],
+        "scenarios[0].rates.7",
+        "publisher 7 does not exist",
+    ),
+    (
+        [("rates = { 1 = 2.0 }", "rates = { x = 2.0 }")],
+        "scenarios[0].rates",
+        "key 'x' is not a publisher id (an integer)",
+    ),
+    (
+        [("rates = { 1 = 2.0 }", "rates = { 1 = -2.0 }")],
+        "scenarios[0].rates.1",
+        "must be at least 0",
+    ),
+    (
+        [("rates = { 1 = 2.0 }", "rates = { 1 = 2.0, 01 = 3.0 }")],
+        "scenarios[0].rates.01",
+        "publisher 1 is given twice",
+    ),
+    (
+        [("rates = { 1 = 2.0 }", "rates = 3")],
+        "scenarios[0].rates",
+        "must be a table, got an integer",
+    ),
+    ([("rate_scale = 2.0", "rate_scale = 0")], "scenarios[0].rate_scale", "must be more than 0"),
+    ([("rate_scale = 2.0", "rate_scale = -1.5")], "scenarios[0].rate_scale", "must be more than 0"),
+    (
+        [("rates = { 1 = 2.0 }\n", 'rates = { 1 = 2.0 }\n\n[[scenarios]]\nname = "s"\n')],
+        "scenarios[1].name",
+        "duplicate scenario name 's'",
+    ),
 ]
 
 
@@ -428,8 +549,15 @@ def test_chain() -> None:
     assert topo.root() == 1
 
 
-@pytest.mark.parametrize("call", [lambda: kary_tree(0, 2), lambda: binary_tree(-1),
-                                  lambda: chain(0), lambda: chain(10, base_port=65530)])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: kary_tree(0, 2),
+        lambda: binary_tree(-1),
+        lambda: chain(0),
+        lambda: chain(10, base_port=65530),
+    ],
+)
 def test_generator_arguments_are_checked(call) -> None:
     with pytest.raises(ValueError):
         call()

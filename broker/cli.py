@@ -1,0 +1,247 @@
+"""The `hop` command line (DESIGN 3.3).
+
+Exit codes: 0 success, 2 bad input (a message naming the file, field or argument),
+1 failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from broker import logs
+from broker.process import BrokerProcesses, StartupError, run_broker
+from routing import FilterSyntaxError, parse_filter
+from topologies import TopologyError, load_case_study
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class BadInput(Exception):
+    """Input the user must correct; exit code 2."""
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadInput(f"expected HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+def _value(text: str) -> Any:
+    """A command-line attribute value: int, float, true/false, else a string.
+
+    Quote a value to force a string: `code='"7"'`.
+    """
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return text[1:-1]
+    if text in ("true", "false"):
+        return text == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _attributes(pairs: list[str]) -> dict[str, Any]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise BadInput(f"expected name=value, got {pair!r}")
+        out[name] = _value(value)
+    return out
+
+
+def _load(path: str) -> Any:
+    return load_case_study(Path(path), filter_parser=parse_filter)
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    study = _load(args.file)
+    if args.id not in study.topology.brokers:
+        raise BadInput(f"{args.file}: no broker with id {args.id}")
+    run_broker(study.topology, args.id)
+    return EXIT_OK
+
+
+def cmd_net(args: argparse.Namespace) -> int:
+    study = _load(args.file)
+    topology = study.topology
+    procs = BrokerProcesses(Path(args.file), topology, ["--log-level", args.log_level])
+    stop = False
+
+    def on_signal(signum: int, frame: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        procs.start()
+        procs.wait_listening()
+        print(f"{topology.name}: {len(topology.brokers)} brokers ({topology.routing} routing)")
+        for broker_id in sorted(topology.brokers):
+            host, port = topology.address(broker_id)
+            parent = topology.brokers[broker_id].parent
+            print(f"  broker {broker_id:>3} on {host}:{port}  parent {parent or '-'}")
+        print("Ctrl-C stops all brokers.", flush=True)
+        while not stop:
+            failed = procs.failed()
+            if failed:
+                print(f"hop net: brokers exited: {failed}; stopping", file=sys.stderr)
+                return EXIT_FAILURE
+            time.sleep(0.2)
+        return EXIT_OK
+    except StartupError as exc:
+        print(f"hop net: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        procs.stop()
+
+
+def cmd_sub(args: argparse.Namespace) -> int:
+    filters = [parse_filter(text) for text in args.filters]
+    host, port = _address(args.address)
+    with contextlib.suppress(KeyboardInterrupt):
+        trio.run(_subscribe_and_print, host, port, args.name, filters, args.count)
+    return EXIT_OK
+
+
+async def _subscribe_and_print(
+    host: str, port: int, name: str, filters: list[Any], count: int | None
+) -> None:
+    """Several filters are a disjunction: print each event once, whichever matched."""
+    import client
+
+    async with client.open_client(host, port, name=name) as c:
+        subs = [await c.subscribe(f) for f in filters]
+        print(f"subscribed to {len(subs)} filter(s) at {host}:{port}", file=sys.stderr)
+        send, receive = trio.open_memory_channel[Any](0)
+        async with trio.open_nursery() as nursery:
+            for sub in subs:
+                nursery.start_soon(_pump, sub, send.clone())
+            seen: set[str] = set()
+            printed = 0
+            async for delivery in receive:
+                if delivery.event_id in seen:
+                    continue
+                seen.add(delivery.event_id)
+                print(json.dumps(_printable(delivery.attributes), sort_keys=True), flush=True)
+                printed += 1
+                if count is not None and printed >= count:
+                    nursery.cancel_scope.cancel()
+
+
+async def _pump(sub: Any, send: trio.MemorySendChannel[Any]) -> None:
+    async with send:
+        while True:
+            await send.send(await sub.next_delivery())
+
+
+def _printable(attributes: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.hex() if isinstance(v, bytes) else v) for k, v in attributes.items()}
+
+
+def cmd_pub(args: argparse.Namespace) -> int:
+    import client
+
+    attributes = _attributes(args.attributes)
+    host, port = _address(args.address)
+    with client.Client.connect(host, port, name=args.name) as c:
+        for i in range(args.count):
+            c.publish(attributes)
+            if args.rate and i + 1 < args.count:
+                time.sleep(1.0 / args.rate)
+        c.flush()
+    print(f"published {args.count} event(s) to {host}:{port}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    import client
+
+    host, port = _address(args.address)
+    with client.Client.connect(host, port, name=args.name) as c:
+        print(json.dumps(c.stats(), indent=2, sort_keys=True))
+    return EXIT_OK
+
+
+# -- parser -----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hop", description=__doc__.splitlines()[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, parents=[common])
+
+    p = command("broker", "run one broker of a topology file")
+    p.add_argument("file")
+    p.add_argument("--id", type=int, required=True, help="the broker's id in the file")
+    p.set_defaults(func=cmd_broker)
+
+    p = command("net", "run every broker of a topology on this host")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_net)
+
+    p = command("sub", "subscribe and print events as JSON lines")
+    p.add_argument("address", help="HOST:PORT of a broker")
+    p.add_argument("filters", nargs="+", help='filters, e.g. "family = 7 and price < 120.5"')
+    p.add_argument("--name", default=f"hop-sub-{os.getpid()}", help="client name (default: unique)")
+    p.add_argument("--count", type=int, help="exit after this many events")
+    p.set_defaults(func=cmd_sub)
+
+    p = command("pub", "publish an event given as name=value pairs")
+    p.add_argument("address", help="HOST:PORT of a broker")
+    p.add_argument("attributes", nargs="+", help="name=value (int, float, true/false, text)")
+    p.add_argument("--name", default=f"hop-pub-{os.getpid()}", help="client name (default: unique)")
+    p.add_argument("--count", type=int, default=1)
+    p.add_argument("--rate", type=float, help="events per second (default: as fast as possible)")
+    p.set_defaults(func=cmd_pub)
+
+    p = command("stats", "print a broker's counters as JSON")
+    p.add_argument("address", help="HOST:PORT of a broker")
+    p.add_argument(
+        "--name", default=f"hop-stats-{os.getpid()}", help="client name (default: unique)"
+    )
+    p.set_defaults(func=cmd_stats)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logs.configure(args.log_level)
+    try:
+        return args.func(args)
+    except (BadInput, TopologyError, FilterSyntaxError) as exc:
+        print(f"hop {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except StartupError as exc:
+        print(f"hop {args.command}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except (ConnectionError, OSError, TimeoutError) as exc:
+        print(f"hop {args.command}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

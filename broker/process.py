@@ -1,0 +1,120 @@
+"""Running brokers as OS processes: one broker in this process, or a whole network
+of child processes (`hop net`), each stopped by PID."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import trio
+
+from broker.server import Broker, BrokerConfig
+from topologies import Topology
+
+
+class StartupError(RuntimeError):
+    """A broker could not start (for example, its port is taken)."""
+
+
+def run_broker(topology: Topology, broker_id: int, config: BrokerConfig | None = None) -> None:
+    """Run one broker until SIGINT or SIGTERM; StartupError if it cannot listen."""
+    broker = Broker(topology, broker_id, config)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                try:
+                    await nursery.start(broker.serve)
+                except OSError as exc:
+                    raise StartupError(_listen_problem(topology, broker_id, exc)) from None
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    break
+
+    trio.run(main)
+
+
+def _listen_problem(topology: Topology, broker_id: int, exc: OSError) -> str:
+    host, port = topology.address(broker_id)
+    reason = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+    return f"broker {broker_id}: cannot listen on {host}:{port}: {reason}"
+
+
+def port_accepts(host: str, port: int, timeout: float = 0.2) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class BrokerProcesses:
+    """Child processes running the brokers of a topology file, stopped by PID."""
+
+    def __init__(self, topology_file: Path, topology: Topology, extra_args: Sequence[str] = ()):
+        self.topology_file = topology_file
+        self.topology = topology
+        self.extra_args = list(extra_args)
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def start(self, broker_ids: Sequence[int] | None = None, log_dir: Path | None = None) -> None:
+        for broker_id in broker_ids or sorted(self.topology.brokers):
+            self.start_one(broker_id, log_dir)
+
+    def start_one(self, broker_id: int, log_dir: Path | None = None) -> subprocess.Popen[bytes]:
+        cmd = [sys.executable, "-m", "broker.cli", "broker", str(self.topology_file)]
+        cmd += ["--id", str(broker_id), *self.extra_args]
+        stderr = None
+        if log_dir is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            stderr = (log_dir / f"broker-{broker_id}.log").open("ab")
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=stderr)
+        if stderr is not None:
+            stderr.close()
+        self.procs[broker_id] = proc
+        return proc
+
+    def wait_listening(self, timeout: float = 20.0) -> None:
+        """Wait until every broker accepts connections; StartupError if one exits."""
+        deadline = time.monotonic() + timeout
+        waiting = dict(self.procs)
+        while waiting:
+            for broker_id, proc in list(waiting.items()):
+                if proc.poll() is not None:
+                    raise StartupError(f"broker {broker_id} exited with code {proc.returncode}")
+                if port_accepts(*self.topology.address(broker_id)):
+                    del waiting[broker_id]
+            if time.monotonic() > deadline:
+                raise StartupError(f"brokers {sorted(waiting)} did not start in {timeout} s")
+            time.sleep(0.05)
+
+    def failed(self) -> dict[int, int]:
+        """Brokers that have exited, with their exit codes."""
+        return {b: p.returncode for b, p in self.procs.items() if p.poll() is not None}
+
+    def kill(self, broker_id: int, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs[broker_id]
+        if proc.poll() is None:
+            os.kill(proc.pid, sig)
+        proc.wait()
+
+    def stop(self, timeout: float = 5.0) -> dict[int, int]:
+        """SIGTERM every broker, SIGKILL what is left after `timeout`; exit codes."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return {b: p.returncode for b, p in self.procs.items()}

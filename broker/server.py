@@ -1,0 +1,433 @@
+"""One broker process: trio I/O around the pure `routing.Router`.
+
+Each connection (client, child broker, or the link to the parent) has a reader task
+that turns bytes into messages through the sans-I/O `Connection` and hands them to
+the router, and a writer task that drains the link's bounded outgoing queue in
+batches (one `send_all` per wakeup).
+
+Backpressure policy: every outgoing queue holds at most `queue_frames` frames. A
+reader that must enqueue to a full queue waits, so it stops reading its own socket
+and TCP pushes back on whoever sends to it: a slow subscriber slows the publishers
+whose events it wants instead of growing the broker's memory. Control messages
+(acks, subscriptions, stats) take the same path, so their order with events holds.
+
+Bad input from a peer (malformed frames, oversized frames, wrong message types,
+bad filters) gets an `Error` message naming the problem and that connection is
+closed; the broker and its other connections carry on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+import trio
+
+from broker.protocol import (
+    DEFAULT_MAX_FRAME,
+    PROTOCOL_VERSION,
+    Bye,
+    Connection,
+    Error,
+    Flush,
+    FlushAck,
+    Hello,
+    Ping,
+    Pong,
+    ProtocolError,
+    Publish,
+    Stats,
+    StatsRequest,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+    Welcome,
+    encode_frame,
+    error_frame,
+)
+from routing import Filter
+from routing.router import Action, Router, SendSubAck, SendSubscribe, SendUnsubscribe
+from topologies import Topology
+
+log = structlog.get_logger("hop.broker")
+
+READ_SIZE = 65536
+_CLOSED = ("", "")  # the link ended without a problem to report
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
+@dataclass
+class BrokerConfig:
+    """Tunables of one broker (defaults suit a laptop)."""
+
+    max_frame: int = DEFAULT_MAX_FRAME
+    queue_frames: int = 4096
+    batch_frames: int = 512
+    reconnect_initial_s: float = 0.05
+    reconnect_max_s: float = 2.0
+
+
+@dataclass
+class LinkCounters:
+    events_in: int = 0
+    events_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    messages_in: int = 0
+    messages_out: int = 0
+
+
+@dataclass(eq=False)
+class Link:
+    """One open connection and its outgoing queue."""
+
+    link_id: str
+    kind: str  # "client" | "broker"
+    peer: str
+    stream: trio.abc.Stream
+    conn: Connection
+    send_channel: trio.MemorySendChannel[bytes]
+    receive_channel: trio.MemoryReceiveChannel[bytes]
+    counters: LinkCounters = field(default_factory=LinkCounters)
+    closed: bool = False
+
+    async def enqueue(self, frame: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            await self.send_channel.send(frame)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            self.closed = True
+
+
+class Broker:
+    """A broker of a topology: listens, links to its parent, routes."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        broker_id: int,
+        config: BrokerConfig | None = None,
+        on_event: Callable[..., None] | None = None,
+    ) -> None:
+        if broker_id not in topology.brokers:
+            raise ValueError(f"broker {broker_id} is not in topology {topology.name!r}")
+        self.topology = topology
+        self.broker_id = broker_id
+        self.name = str(broker_id)
+        self.spec = topology.brokers[broker_id]
+        self.config = config or BrokerConfig()
+        parent = self.spec.parent
+        self.parent_link_id = None if parent is None else f"broker:{parent}"
+        self.router = Router(topology.routing, parent=self.parent_link_id)
+        self.children = set(topology.children(broker_id))
+        self.links: dict[str, Link] = {}
+        self.started_ns = time.time_ns()
+        self.events_routed = 0
+        self.events_dropped = 0
+        self.on_event = on_event
+        self._client_numbers = itertools.count(1)
+        self._log = log.bind(broker=self.name)
+
+    # -- running ------------------------------------------------------------------
+
+    async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen and keep the parent link up until cancelled."""
+        listeners = await trio.open_tcp_listeners(self.spec.port, host=self.spec.host)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.serve_listeners, self._accept, listeners)
+            if self.spec.parent is not None:
+                nursery.start_soon(self._parent_loop)
+            self._log.info("listening", host=self.spec.host, port=self.spec.port)
+            task_status.started()
+
+    async def _parent_loop(self) -> None:
+        """Connect to the parent, and reconnect with jittered, capped backoff."""
+        parent = self.spec.parent
+        assert parent is not None and self.parent_link_id is not None
+        host, port = self.topology.address(parent)
+        delay = self.config.reconnect_initial_s
+        while True:
+            try:
+                stream = await trio.open_tcp_stream(host, port)
+            except OSError:
+                await trio.sleep(delay * random.uniform(0.5, 1.5))
+                delay = min(delay * 2, self.config.reconnect_max_s)
+                continue
+            delay = self.config.reconnect_initial_s
+            conn = Connection("initiator", max_frame=self.config.max_frame)
+            try:
+                with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                    await stream.send_all(conn.send(Hello(PROTOCOL_VERSION, "broker", self.name)))
+                    welcome, leftover = await _read_one(stream, conn)
+                if not isinstance(welcome, Welcome):
+                    raise ProtocolError("unexpected", f"parent answered {welcome!r}")
+            except (OSError, trio.BrokenResourceError, trio.TooSlowError, ProtocolError) as exc:
+                self._log.warning("parent_handshake_failed", parent=parent, error=str(exc))
+                await stream.aclose()
+                await trio.sleep(delay)
+                continue
+            self._log.info("parent_connected", parent=parent)
+            await self._run_link(self.parent_link_id, "broker", str(parent), stream, conn, leftover)
+            self._log.warning("parent_lost", parent=parent)
+
+    async def _accept(self, stream: trio.SocketStream) -> None:
+        """Serve one accepted connection; nothing a peer does may stop the broker."""
+        try:
+            await self._accept_link(stream)
+        except Exception:
+            self._log.exception("connection_failed")
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _accept_link(self, stream: trio.SocketStream) -> None:
+        conn = Connection("acceptor", max_frame=self.config.max_frame)
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                hello, leftover = await _read_one(stream, conn)
+            if not isinstance(hello, Hello):  # Bye or Error instead of Hello
+                await stream.aclose()
+                return
+            link_id, kind = self._admit(hello)
+            await stream.send_all(conn.send(Welcome(PROTOCOL_VERSION, self.name)))
+        except ProtocolError as exc:
+            await _refuse(stream, exc.code, exc.message)
+            return
+        except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            await stream.aclose()
+            return
+        await self._run_link(link_id, kind, hello.node_id, stream, conn, leftover)
+
+    def _admit(self, hello: Hello) -> tuple[str, str]:
+        """The link id for a peer that said Hello, or ProtocolError to refuse it."""
+        if hello.role == "client":
+            return f"client:{hello.node_id}#{next(self._client_numbers)}", "client"
+        try:
+            child = int(hello.node_id)
+        except ValueError:
+            child = -1
+        if child not in self.children:
+            raise ProtocolError(
+                "unexpected", f"broker {hello.node_id!r} is not a child of broker {self.name}"
+            )
+        link_id = f"broker:{child}"
+        if link_id in self.links:
+            raise ProtocolError("unexpected", f"broker {child} is already connected")
+        return link_id, "broker"
+
+    async def _run_link(
+        self,
+        link_id: str,
+        kind: str,
+        peer: str,
+        stream: trio.abc.Stream,
+        conn: Connection,
+        leftover: list[Any],
+    ) -> None:
+        send_channel, receive_channel = trio.open_memory_channel[bytes](self.config.queue_frames)
+        link = Link(link_id, kind, peer, stream, conn, send_channel, receive_channel)
+        self.links[link_id] = link
+        self._log.info("link_up", link=link_id)
+        problem: tuple[str, str] | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._writer, link, nursery.cancel_scope)
+                if kind == "broker":
+                    await self._perform(self.router.add_broker(link_id))
+                else:
+                    self.router.add_client(link_id)
+                for message in leftover:
+                    problem = await self._handle(link, message)
+                if problem is None:
+                    problem = await self._reader(link)
+                nursery.cancel_scope.cancel()
+        finally:
+            link.closed = True
+            del self.links[link_id]
+            with trio.CancelScope(shield=True), trio.move_on_after(5.0):
+                if problem is not None and problem[0]:
+                    self._log.warning(
+                        "closing_link", link=link_id, code=problem[0], error=problem[1]
+                    )
+                    await _refuse(stream, *problem)
+                await stream.aclose()
+                await self._perform(self.router.remove_link(link_id))
+            self._log.info("link_down", link=link_id)
+
+    async def _reader(self, link: Link) -> tuple[str, str] | None:
+        """Read and handle messages until the link ends; return why it must close."""
+        stream, conn, counters = link.stream, link.conn, link.counters
+        while True:
+            try:
+                data = await stream.receive_some(READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return _CLOSED
+            if not data:
+                return _CLOSED
+            counters.bytes_in += len(data)
+            try:
+                messages = conn.receive_data(data)
+            except ProtocolError as exc:
+                return (exc.code, exc.message)
+            for message in messages:
+                counters.messages_in += 1
+                problem = await self._handle(link, message)
+                if problem is not None:
+                    return problem
+
+    async def _writer(self, link: Link, scope: trio.CancelScope) -> None:
+        receive, stream, counters = link.receive_channel, link.stream, link.counters
+        batch_limit = self.config.batch_frames
+        try:
+            async for frame in receive:
+                batch = [frame]
+                while len(batch) < batch_limit:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                data = b"".join(batch)
+                await stream.send_all(data)
+                counters.messages_out += len(batch)
+                counters.bytes_out += len(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            link.closed = True
+            scope.cancel()
+
+    # -- messages -----------------------------------------------------------------
+
+    async def _handle(self, link: Link, message: Any) -> tuple[str, str] | None:
+        """Act on one message; return (code, why) when the connection must close."""
+        if isinstance(message, Publish):
+            await self._route(link, message)
+        elif isinstance(message, Subscribe):
+            try:
+                f = Filter.from_wire(message.filter)
+            except ValueError as exc:
+                return ("filter", f"subscription {message.sub_id}: {exc}")
+            await self._perform(self.router.subscribe(link.link_id, message.sub_id, f))
+        elif isinstance(message, Unsubscribe):
+            await self._perform(self.router.unsubscribe(link.link_id, message.sub_id))
+            await self._send(link, UnsubAck(message.sub_id))
+        elif isinstance(message, SubAck):
+            await self._perform(self.router.sub_acked(link.link_id, message.sub_id))
+        elif isinstance(message, Flush):
+            await self._send(link, FlushAck(message.token))
+        elif isinstance(message, Ping):
+            await self._send(link, Pong(message.nonce))
+        elif isinstance(message, StatsRequest):
+            await self._send(link, Stats(self.stats()))
+        elif isinstance(message, Bye | Error):
+            if isinstance(message, Error):
+                self._log.warning("peer_error", link=link.link_id, code=message.code)
+            return _CLOSED
+        return None  # UnsubAck, Pong: nothing to do
+
+    async def _route(self, link: Link, event: Publish) -> None:
+        link.counters.events_in += 1
+        if self.name in event.path:
+            self.events_dropped += 1
+            self._log.error(
+                "cycle_dropped", event_id=event.event_id, path=event.path, link=link.link_id
+            )
+            return
+        decision = self.router.route(link.link_id, event.attributes)
+        self.events_routed += 1
+        forwarded = event.with_hop(self.name)
+        if decision.forward:
+            frame = encode_frame(forwarded, self.config.max_frame)
+            for target in decision.forward:
+                out = self.links.get(target)
+                if out is not None:
+                    out.counters.events_out += 1
+                    await out.enqueue(out.conn.send(forwarded, frame))
+        for target, sub_ids in decision.deliver.items():
+            out = self.links.get(target)
+            if out is not None:
+                out.counters.events_out += 1
+                await out.enqueue(out.conn.send(forwarded.to_deliver(sorted(sub_ids))))
+        if self.on_event is not None:
+            self.on_event(link.link_id, event, decision)
+
+    async def _perform(self, actions: list[Action]) -> None:
+        for action in actions:
+            await self._enqueue_action(action)
+
+    async def _enqueue_action(self, action: Action) -> None:
+        link = self.links.get(action.link)  # type: ignore[arg-type]
+        if link is None:
+            return
+        if isinstance(action, SendSubscribe):
+            await self._send(link, Subscribe(action.sub_id, action.filter.to_wire()))
+        elif isinstance(action, SendUnsubscribe):
+            await self._send(link, Unsubscribe(action.sub_id))
+        elif isinstance(action, SendSubAck):
+            await self._send(link, SubAck(action.sub_id))
+
+    async def _send(self, link: Link, message: Any) -> None:
+        if not link.closed:
+            await link.enqueue(link.conn.send(message))
+
+    # -- introspection --------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of the broker and of each link, as answered to `stats` requests."""
+        links = {}
+        for link_id, link in self.links.items():
+            c = link.counters
+            links[link_id] = {
+                "kind": link.kind,
+                "events_in": c.events_in,
+                "events_out": c.events_out,
+                "bytes_in": c.bytes_in,
+                "bytes_out": c.bytes_out,
+                "messages_in": c.messages_in,
+                "messages_out": c.messages_out,
+                "queue_depth": link.send_channel.statistics().current_buffer_used,
+            }
+        router = self.router.stats()
+        return {
+            "broker": self.name,
+            "topology": self.topology.name,
+            "pid": os.getpid(),
+            "uptime_s": round((time.time_ns() - self.started_ns) / 1e9, 3),
+            "routing": router["strategy"],
+            "parent": "" if self.spec.parent is None else str(self.spec.parent),
+            "parent_connected": int(self.parent_link_id in self.links),
+            "children_connected": sum(
+                1 for link_id in self.links if link_id in {f"broker:{c}" for c in self.children}
+            ),
+            "subscriptions": router["subscriptions"],
+            "forwarded": router["forwarded"],
+            "forwarded_total": router["forwarded_total"],
+            "pending_acks": router["pending_acks"],
+            "events_routed": self.events_routed,
+            "events_dropped": self.events_dropped,
+            "links": links,
+        }
+
+
+async def _read_one(stream: trio.abc.Stream, conn: Connection) -> tuple[Any, list[Any]]:
+    """Read until the first message; return it and any messages that came with it."""
+    while True:
+        data = await stream.receive_some(READ_SIZE)
+        if not data:
+            raise ProtocolError("unexpected", "connection closed during the handshake")
+        messages = conn.receive_data(data)
+        if messages:
+            return messages[0], messages[1:]
+
+
+async def _refuse(stream: trio.abc.Stream, code: str, message: str) -> None:
+    with trio.move_on_after(1.0):
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            await stream.send_all(error_frame(code, message))
+    await stream.aclose()

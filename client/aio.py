@@ -1,0 +1,558 @@
+"""The trio client: ``open_client`` gives an ``AsyncClient`` connected to one broker.
+
+Only the wire protocol (``broker.protocol``) and the filter language (``routing``) are
+used. Per connection, one task reads and decodes frames and one task writes: callers
+encode their message and put the frame into a bounded channel of ``OUTGOING_FRAMES``
+frames, which the writer drains in batches (every frame ready, joined, one
+``send_all``). So ``publish`` is cheap, and it waits only when the channel is full
+(backpressure from the broker).
+
+Requests that the broker answers (Hello, Subscribe, Unsubscribe, Flush, Ping,
+StatsRequest) wait for their answer. When the connection ends (the broker's Bye or
+Error, end of stream, a broken socket, a protocol violation, or ``aclose``), every
+waiting call and every later call raises ``ConnectionLost`` (``BrokerError`` when the
+broker sent Error), and every subscription ends.
+"""
+
+import contextlib
+import itertools
+import math
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any, TypeVar, cast
+
+import trio
+
+from broker.protocol import (
+    PROTOCOL_VERSION,
+    Bye,
+    Connection,
+    Deliver,
+    Error,
+    Flush,
+    FlushAck,
+    Hello,
+    Message,
+    Ping,
+    Pong,
+    ProtocolError,
+    Publish,
+    Stats,
+    StatsRequest,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+    Welcome,
+    error_frame,
+)
+from routing import Filter, parse_filter, validate_event
+
+__all__ = [
+    "CLOSE_TIMEOUT",
+    "OUTGOING_FRAMES",
+    "AsyncClient",
+    "AsyncSubscription",
+    "BrokerError",
+    "ClientError",
+    "ConnectionLost",
+    "Delivery",
+    "SubscriptionClosed",
+    "open_client",
+]
+
+OUTGOING_FRAMES = 1024
+"""Frames queued for the writer before ``publish`` (and every other send) waits."""
+CLOSE_TIMEOUT = 5.0
+"""Seconds ``aclose`` waits for the queued frames to go out and the broker to hang up."""
+_RECEIVE_SIZE = 65536
+_IO_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
+_T = TypeVar("_T")
+
+
+class ClientError(Exception):
+    """Base of the errors raised by the client library."""
+
+
+class ConnectionLost(ClientError):
+    """The connection to the broker has ended (lost, refused, or closed by this client)."""
+
+
+class BrokerError(ConnectionLost):
+    """The broker sent Error (``code``, ``message``) and closed the connection; also what
+    connecting raises when the broker refuses the Hello (a bad secret, say)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class SubscriptionClosed(ClientError):
+    """``next()`` on a subscription that was unsubscribed and has nothing queued."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One event delivered to a subscription. ``t_deliver_ns`` is ``time.time_ns()`` when
+    the frame was decoded. One Deliver for several subscriptions of a connection gives
+    one Delivery, shared by them: do not mutate ``attributes``."""
+
+    event_id: str
+    publisher: str
+    attributes: dict[str, Any]
+    sub_ids: tuple[int, ...]
+    path: tuple[str, ...]
+    t_publish_ns: int
+    t_deliver_ns: int
+
+
+def _copy(error: ConnectionLost) -> ConnectionLost:
+    """A fresh instance of ``error``: one exception object must not be raised by several
+    tasks at once (each raise rewrites its traceback)."""
+    copy = type(error)(*error.args)
+    copy.__cause__ = error.__cause__
+    return copy
+
+
+def _lost(reason: str, cause: BaseException | None = None) -> ConnectionLost:
+    error = ConnectionLost(reason)
+    error.__cause__ = cause
+    return error
+
+
+def _take_ready(channel: trio.MemoryReceiveChannel[_T], batch: list[_T]) -> list[_T]:
+    """Append to ``batch`` every item ``channel`` holds, without waiting; return it."""
+    with contextlib.suppress(trio.WouldBlock, trio.EndOfChannel):
+        while True:
+            batch.append(channel.receive_nowait())
+    return batch
+
+
+def _as_filter(filter: str | Filter) -> Filter:
+    if isinstance(filter, Filter):
+        return filter
+    if isinstance(filter, str):
+        return parse_filter(filter)
+    raise TypeError(f"a filter is text or a routing.Filter, not {type(filter).__name__}")
+
+
+class AsyncSubscription:
+    """A subscription of an ``AsyncClient``: ``await sub.next()`` or ``async for event in
+    sub`` give the attributes of each delivered event; iteration ends when the
+    subscription is unsubscribed (after what was already queued) or the connection ends.
+
+    The queue is unbounded, so a slow consumer never blocks the connection: the
+    application must consume what it subscribes to.
+    """
+
+    def __init__(self, client: "AsyncClient", sub_id: int, filter: Filter) -> None:
+        self.id = sub_id
+        self.filter = filter
+        self._client = client
+        self._tx, self._rx = trio.open_memory_channel[Delivery](math.inf)
+        self._active = True
+        self._end: ConnectionLost | None = None  # why it ended; None: unsubscribed
+
+    def __repr__(self) -> str:
+        return f"<AsyncSubscription {self.id} {str(self.filter)!r}>"
+
+    @property
+    def active(self) -> bool:
+        """True until unsubscribed or the connection ends."""
+        return self._active
+
+    async def next_delivery(self) -> Delivery:
+        """The next delivery, waiting for one. Raises ``SubscriptionClosed`` once
+        unsubscribed and drained, ``ConnectionLost`` once the connection ended and
+        drained."""
+        try:
+            return await self._rx.receive()
+        except trio.EndOfChannel:
+            raise self._ended() from None
+
+    async def next_batch(self) -> list[Delivery]:
+        """Wait for the next delivery; return it with every other one already queued."""
+        return _take_ready(self._rx, [await self.next_delivery()])
+
+    async def next(self) -> dict[str, Any]:
+        """The attributes of the next event (see ``next_delivery``)."""
+        return (await self.next_delivery()).attributes
+
+    def __aiter__(self) -> "AsyncSubscription":
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        try:
+            return await self.next()
+        except ClientError:
+            raise StopAsyncIteration from None
+
+    def _put(self, delivery: Delivery) -> None:
+        self._tx.send_nowait(delivery)
+
+    def _close(self, error: ConnectionLost | None) -> None:
+        """Accept nothing more; ``error`` is why (None: unsubscribed)."""
+        if self._active:
+            self._active = False
+            self._end = error
+            self._tx.close()
+
+    def _ended(self) -> ClientError:
+        if self._end is None:
+            return SubscriptionClosed(f"subscription {self.id} is unsubscribed")
+        return _copy(self._end)
+
+
+class _Reply:
+    """A slot for the broker's answer to one request; left empty if the connection ends."""
+
+    __slots__ = ("event", "message")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.message: Message | None = None
+
+
+# How an answer names the request it answers. Stats carries no id: the broker answers
+# StatsRequests in order.
+_REPLY_KEY: dict[type[Message], Callable[[Any], int]] = {
+    Welcome: lambda _: 0,
+    SubAck: attrgetter("sub_id"),
+    UnsubAck: attrgetter("sub_id"),
+    FlushAck: attrgetter("token"),
+    Pong: attrgetter("nonce"),
+}
+_ReplyKey = tuple[type[Message], int]
+
+
+class AsyncClient:
+    """A trio client connected to one broker; get one from ``open_client``."""
+
+    def __init__(self, stream: trio.SocketStream, name: str, nursery: trio.Nursery) -> None:
+        """Wrap a freshly opened ``stream`` and start its I/O task in ``nursery``; the
+        handshake is not done yet (``open_client`` does it)."""
+        self.name = name
+        self._stream = stream
+        self._conn = Connection("initiator")
+        self._tx, self._rx = trio.open_memory_channel[bytes](OUTGOING_FRAMES)
+        self._failure: ConnectionLost | None = None  # set once the connection is ending
+        self._down = False  # torn down: waiters woken, subscriptions ended, I/O cancelled
+        self._io_scope = trio.CancelScope()
+        self._io_done = trio.Event()
+        self._writer_done = trio.Event()
+        self._replies: dict[_ReplyKey, _Reply] = {}
+        self._stats_replies: deque[_Reply] = deque()
+        self._subscriptions: dict[int, AsyncSubscription] = {}
+        self._sub_ids = itertools.count(1)
+        self._event_seq = itertools.count(1)
+        self._tokens = itertools.count(1)
+        nursery.start_soon(self._run_io)
+
+    def __repr__(self) -> str:
+        return f"<AsyncClient {self.name!r} {'closed' if self._failure else 'open'}>"
+
+    # --- public API --------------------------------------------------------------------
+
+    async def subscribe(self, filter: str | Filter) -> AsyncSubscription:
+        """Subscribe to events matching ``filter`` (text or a ``routing.Filter``); return
+        once the broker acknowledged it, i.e. it is in force everywhere in the network.
+
+        Bad filter text raises ``routing.FilterSyntaxError`` before anything is sent. If
+        the call is cancelled while waiting for the acknowledgement, the broker may keep
+        the subscription; what it delivers for it is ignored.
+        """
+        parsed = _as_filter(filter)
+        sub = AsyncSubscription(self, next(self._sub_ids), parsed)
+        self._subscriptions[sub.id] = sub  # events may come before the SubAck
+        try:
+            await self._request(Subscribe(sub.id, parsed.to_wire()), (SubAck, sub.id))
+        except BaseException:
+            self._drop(sub)
+            raise
+        return sub
+
+    async def unsubscribe(self, subscription: AsyncSubscription) -> None:
+        """Remove ``subscription`` and wait for the broker's acknowledgement. It gets
+        nothing more from the moment of the call; its iterator ends once what it had
+        already queued is consumed. Unsubscribing twice does nothing."""
+        if subscription._client is not self:
+            raise ValueError(f"{subscription!r} belongs to another client")
+        if self._subscriptions.get(subscription.id) is not subscription:
+            return
+        self._drop(subscription)
+        await self._request(Unsubscribe(subscription.id), (UnsubAck, subscription.id))
+
+    async def publish(self, attributes: Mapping[str, Any], *, event_id: str | None = None) -> str:
+        """Publish an event; return its id (default ``"{name}:{seq}"``, seq from 1).
+
+        Returns once the event is handed to the connection (see ``flush``); waits while
+        the outgoing channel is full. An invalid event raises TypeError or ValueError
+        before anything is sent.
+        """
+        validate_event(attributes)
+        if event_id is None:
+            event_id = f"{self.name}:{next(self._event_seq)}"
+        event = attributes if type(attributes) is dict else dict(attributes)
+        await self._send(Publish(event_id, self.name, event, [], time.time_ns()))
+        return event_id
+
+    async def flush(self) -> None:
+        """Wait until the broker has accepted everything this client sent before."""
+        token = next(self._tokens)
+        await self._request(Flush(token), (FlushAck, token))
+
+    async def ping(self) -> float:
+        """Round-trip time to the broker, in seconds."""
+        nonce = next(self._tokens)
+        start = time.perf_counter()
+        await self._request(Ping(nonce), (Pong, nonce))
+        return time.perf_counter() - start
+
+    async def stats(self) -> dict[str, Any]:
+        """The broker's counters and gauges (nested dicts)."""
+        reply = _Reply()
+        self._stats_replies.append(reply)
+        try:
+            await self._send(StatsRequest())
+        except BaseException:
+            self._stats_replies.remove(reply)  # not sent: no answer will come for it
+            raise
+        return cast(Stats, await self._answer(reply)).stats
+
+    async def aclose(self) -> None:
+        """Close the connection: send Bye after everything queued, wait (at most
+        ``CLOSE_TIMEOUT``) for the broker to hang up, then close the socket. Pending and
+        later calls raise ``ConnectionLost``; subscriptions end. Idempotent."""
+        try:
+            if self._failure is None:
+                self._failure = ConnectionLost("the client is closed")
+                with trio.move_on_after(CLOSE_TIMEOUT):
+                    await self._drain_outgoing(self._conn.send(Bye("closing")))
+                    await self._io_done.wait()  # the reader sees the broker's Bye or EOF
+        finally:
+            self._teardown()
+        await self._io_done.wait()
+
+    # --- sending -----------------------------------------------------------------------
+
+    def _error(self) -> ConnectionLost:
+        return _copy(self._failure) if self._failure else ConnectionLost("the client is closed")
+
+    async def _send(self, message: Message) -> None:
+        """Encode ``message`` and queue its frame for the writer.
+
+        Not a schedule point while the channel has room (only a cancellation point): a
+        task publishing in a loop fills the channel, and the writer then sends it in
+        large batches, instead of one trip through the scheduler per event.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._failure is not None:
+            raise self._error()
+        frame = self._conn.send(message)
+        try:
+            try:
+                self._tx.send_nowait(frame)
+            except trio.WouldBlock:
+                await self._tx.send(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise self._error() from None
+
+    def _send_nowait(self, message: Message) -> None:
+        """Queue ``message`` if the connection is open and the channel has room, else
+        drop it (used for Pong: a writer that far behind cannot answer in time anyway)."""
+        if self._failure is None:
+            with contextlib.suppress(trio.WouldBlock):
+                self._tx.send_nowait(self._conn.send(message))
+
+    async def _request(self, message: Message, key: _ReplyKey) -> Message:
+        """Send ``message`` and wait for the answer named by ``key``."""
+        reply = self._replies[key] = _Reply()
+        try:
+            await self._send(message)
+            return await self._answer(reply)
+        finally:
+            del self._replies[key]
+
+    async def _answer(self, reply: _Reply) -> Message:
+        await reply.event.wait()
+        if reply.message is None:
+            raise self._error()
+        return reply.message
+
+    async def _drain_outgoing(self, last_frame: bytes) -> None:
+        """Queue ``last_frame`` after everything else, close the channel, and wait until
+        the writer has written it all and half-closed the stream."""
+        await self._tx.send(last_frame)
+        self._tx.close()
+        await self._writer_done.wait()
+
+    # --- the I/O task ------------------------------------------------------------------
+
+    async def _run_io(self) -> None:
+        try:
+            with self._io_scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._read_loop)
+                    nursery.start_soon(self._write_loop)
+        finally:
+            self._fail(ConnectionLost("the connection's I/O task ended"))
+            await trio.aclose_forcefully(self._stream)
+            self._io_done.set()
+
+    async def _write_loop(self) -> None:
+        try:
+            async for frame in self._rx:
+                await self._stream.send_all(b"".join(_take_ready(self._rx, [frame])))
+            await self._stream.send_eof()  # the channel was closed: Bye or Error is out
+        except _IO_ERRORS as exc:
+            self._fail(_lost(f"writing to the broker failed: {exc!r}", exc))
+        finally:
+            self._writer_done.set()
+
+    async def _read_loop(self) -> None:
+        try:
+            while data := await self._stream.receive_some(_RECEIVE_SIZE):
+                messages = self._conn.receive_data(data)
+                t_ns = time.time_ns()
+                for message in messages:
+                    self._dispatch(message, t_ns)
+            self._fail(ConnectionLost("the broker closed the connection"))
+        except ProtocolError as exc:
+            await self._report_violation(exc)
+        except _IO_ERRORS as exc:
+            self._fail(_lost(f"reading from the broker failed: {exc!r}", exc))
+
+    async def _report_violation(self, exc: ProtocolError) -> None:
+        """The broker broke the protocol: tell it (best effort), then end the connection."""
+        if self._failure is None:
+            self._failure = _lost(f"protocol violation by the broker: {exc}", exc)
+            with trio.move_on_after(CLOSE_TIMEOUT):
+                await self._drain_outgoing(error_frame(exc.code, exc.message))
+        self._teardown()
+
+    def _dispatch(self, message: Message, t_ns: int) -> None:
+        match message:
+            case Deliver():
+                self._deliver(message, t_ns)
+            case Ping(nonce=nonce):
+                self._send_nowait(Pong(nonce))
+            case Stats():
+                if self._stats_replies:
+                    self._set_reply(self._stats_replies.popleft(), message)
+            case Error(code=code, message=text):
+                self._fail(BrokerError(code, text))
+            case Bye(reason=reason):
+                self._fail(ConnectionLost(f"the broker closed the connection: {reason}"))
+            case _:
+                reply = self._replies.get((type(message), _REPLY_KEY[type(message)](message)))
+                if reply is not None:
+                    self._set_reply(reply, message)
+
+    @staticmethod
+    def _set_reply(reply: _Reply, message: Message) -> None:
+        reply.message = message
+        reply.event.set()
+
+    def _deliver(self, message: Deliver, t_ns: int) -> None:
+        delivery = Delivery(
+            message.event_id,
+            message.publisher,
+            message.attributes,
+            tuple(message.sub_ids),
+            tuple(message.path),
+            message.t_publish_ns,
+            t_ns,
+        )
+        subscriptions = self._subscriptions
+        for sub_id in message.sub_ids:
+            sub = subscriptions.get(sub_id)
+            if sub is not None:
+                sub._put(delivery)
+
+    # --- ending ------------------------------------------------------------------------
+
+    def _drop(self, sub: AsyncSubscription) -> None:
+        if self._subscriptions.pop(sub.id, None) is not None:
+            sub._close(None)
+
+    def _fail(self, error: ConnectionLost) -> None:
+        """The connection is over because of ``error`` (unless it was already ending)."""
+        if self._failure is None:
+            self._failure = error
+        self._teardown()
+
+    def _teardown(self) -> None:
+        """Wake every waiting call, end every subscription, stop the I/O task."""
+        if self._down:
+            return
+        self._down = True
+        error = self._failure or ConnectionLost("the client is closed")
+        self._failure = error
+        self._rx.close()  # senders blocked on a full channel get BrokenResourceError
+        self._io_scope.cancel()
+        for reply in (*self._replies.values(), *self._stats_replies):
+            reply.event.set()
+        for sub in self._subscriptions.values():
+            sub._close(error)
+
+
+def _sole_exception(group: BaseExceptionGroup) -> BaseException | None:
+    """The one exception in ``group`` (through nested single-exception groups), if any."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        if len(error.exceptions) != 1:
+            return None
+        error = error.exceptions[0]
+    return error
+
+
+async def _connect(
+    nursery: trio.Nursery, host: str, port: int, name: str, secret: str | None, timeout: float
+) -> AsyncClient:
+    with trio.move_on_after(timeout):
+        stream = await trio.open_tcp_stream(host, port)
+        client = AsyncClient(stream, name, nursery)
+        try:
+            await client._request(Hello(PROTOCOL_VERSION, "client", name, secret), (Welcome, 0))
+        except BaseException:
+            client._fail(ConnectionLost("the handshake did not complete"))
+            raise
+        return client
+    raise TimeoutError(f"no connection to the broker at {host}:{port} within {timeout} s")
+
+
+@asynccontextmanager
+async def open_client(
+    host: str, port: int, *, name: str, secret: str | None = None, timeout: float = 10.0
+) -> AsyncIterator[AsyncClient]:
+    """Connect to the broker at ``host``:``port`` as client ``name`` (unique in the run:
+    it prefixes event ids); the client is closed (``aclose``) when the block exits.
+
+    Raises ``BrokerError`` if the broker refuses the Hello, ``ConnectionLost`` if it hangs
+    up, ``OSError`` if the TCP connection fails, ``TimeoutError`` after ``timeout``
+    seconds. Exceptions leave the block as they were raised, not wrapped in a group.
+    """
+    try:
+        async with trio.open_nursery() as nursery:
+            client = await _connect(nursery, host, port, name, secret, timeout)
+            try:
+                yield client
+            finally:
+                await client.aclose()
+    except BaseExceptionGroup as group:
+        error = _sole_exception(group)
+        if error is None:
+            raise
+        context = error.__context__
+        try:
+            raise error
+        finally:
+            error.__context__ = context

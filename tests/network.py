@@ -1,0 +1,93 @@
+"""Real broker networks on 127.0.0.1 for integration tests, cleaned up by PID."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import socket
+import time
+from pathlib import Path
+
+from broker.probe import fetch_stats
+from broker.process import BrokerProcesses
+from topologies import Topology, load_topology
+from topologies.generators import to_toml
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_base_port(count: int) -> int:
+    """A base port such that base+1 .. base+count are free on 127.0.0.1 right now."""
+    for _ in range(200):
+        base = random.randrange(20000, 60000 - count)
+        if all(_free(base + i) for i in range(1, count + 1)):
+            return base
+    raise RuntimeError("no free port range found")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+class Network:
+    """The brokers of a topology as child processes, with a readiness check."""
+
+    def __init__(self, topology: Topology, workdir: Path) -> None:
+        self.topology = topology
+        self.file = workdir / f"{topology.name}.toml"
+        self.file.write_text(to_toml(topology))
+        self.logs = workdir / "logs"
+        self.procs = BrokerProcesses(self.file, topology)
+
+    @classmethod
+    def from_file(cls, name: str, workdir: Path, routing: str | None = None) -> Network:
+        """A shipped topology moved to free ports (and another strategy if given)."""
+        topology = load_topology(REPO / "topologies" / f"{name}.toml")
+        base = free_base_port(max(topology.brokers))
+        brokers = {
+            b: dataclasses.replace(spec, port=base + b) for b, spec in topology.brokers.items()
+        }
+        topology = dataclasses.replace(
+            topology,
+            base_port=base,
+            brokers=brokers,
+            routing=routing or topology.routing,
+            name=f"{name}-{routing or topology.routing}",
+        )
+        return cls(topology, workdir)
+
+    def address(self, broker_id: int) -> tuple[str, int]:
+        return self.topology.address(broker_id)
+
+    def start(self) -> Network:
+        self.procs.start(log_dir=self.logs)
+        self.procs.wait_listening()
+        self.wait_linked()
+        return self
+
+    def wait_linked(self, timeout: float = 20.0, brokers: list[int] | None = None) -> None:
+        """Wait until every broker's parent link is up."""
+        deadline = time.monotonic() + timeout
+        for broker_id in brokers or sorted(self.topology.brokers):
+            spec = self.topology.brokers[broker_id]
+            while spec.parent is not None:
+                stats = fetch_stats(*self.address(broker_id))
+                if stats["parent_connected"]:
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"broker {broker_id} did not link to its parent")
+                time.sleep(0.05)
+
+    def stats(self, broker_id: int) -> dict:
+        return fetch_stats(*self.address(broker_id))
+
+    def stop(self) -> dict[int, int]:
+        return self.procs.stop()
+
+    def log_text(self) -> str:
+        return "\n".join(p.read_text() for p in sorted(self.logs.glob("*.log")))

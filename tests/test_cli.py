@@ -1,0 +1,92 @@
+"""The `hop` command line: bad input, port conflicts, clean shutdown of `hop net`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.cli import _attributes, _value
+from broker.probe import fetch_stats
+from tests.network import REPO, Network
+
+HOP = [sys.executable, "-m", "broker.cli"]
+
+
+def run_hop(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*HOP, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False
+    )
+
+
+def test_bad_topology_file_exits_2_naming_file_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\nbase_port = 7000\n[[brokers]]\nid = 1\nparent = 9\n')
+    result = run_hop("broker", str(bad), "--id", "1")
+    assert result.returncode == 2
+    assert "bad.toml" in result.stderr and "parent" in result.stderr
+
+
+def test_unknown_broker_id_exits_2(tmp_path: Path) -> None:
+    result = run_hop("broker", str(REPO / "topologies" / "chain5.toml"), "--id", "42")
+    assert result.returncode == 2 and "no broker with id 42" in result.stderr
+
+
+def test_bad_filter_in_hop_sub_exits_2() -> None:
+    result = run_hop("sub", "127.0.0.1:1", "family = = 3")
+    assert result.returncode == 2 and "column" in result.stderr
+
+
+def test_bad_address_exits_2() -> None:
+    assert run_hop("stats", "nowhere").returncode == 2
+
+
+def test_attribute_values_from_the_command_line() -> None:
+    assert _value("7") == 7 and _value("7.5") == 7.5 and _value("true") is True
+    assert _value('"7"') == "7" and _value("EU") == "EU"
+    assert _attributes(["family=7", "region=EU"]) == {"family": 7, "region": "EU"}
+
+
+@pytest.mark.integration
+def test_hop_net_reports_a_taken_port(tmp_path: Path) -> None:
+    net = Network.from_file("chain5", tmp_path)
+    host, port = net.address(3)
+    with socket.socket() as blocker:
+        blocker.bind((host, port))
+        blocker.listen()
+        result = run_hop("net", str(net.file))
+    assert result.returncode == 1
+    assert "address already in use" in result.stderr
+    assert f"{port}" in result.stderr
+
+
+@pytest.mark.integration
+def test_hop_net_stops_every_broker_on_sigterm(tmp_path: Path) -> None:
+    net = Network.from_file("chain5", tmp_path)
+    proc = subprocess.Popen(
+        [*HOP, "net", str(net.file)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 20
+        pids = []
+        while time.monotonic() < deadline and len(pids) < 5:
+            try:
+                pids = [fetch_stats(*net.address(b), timeout=1)["pid"] for b in range(1, 6)]
+            except OSError:
+                time.sleep(0.1)
+        assert len(pids) == 5
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        for pid in pids:  # every broker process is gone
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

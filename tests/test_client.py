@@ -1,0 +1,487 @@
+"""Tests of the client library against a fake broker on loopback.
+
+The fake broker speaks the real wire protocol (``broker.protocol``): it answers Hello
+with Welcome, acknowledges requests, and echoes each Publish back to the publishing
+connection as one Deliver tagged with every subscription of that connection that
+matches. Async tests run it in the test's trio loop; blocking tests in a thread.
+"""
+
+import queue
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
+from typing import Any, TypeVar
+
+import pytest
+import trio
+
+import client
+from broker.protocol import (
+    PROTOCOL_VERSION,
+    Bye,
+    Connection,
+    Deliver,
+    Error,
+    Flush,
+    FlushAck,
+    Hello,
+    Message,
+    Ping,
+    Pong,
+    Publish,
+    Stats,
+    StatsRequest,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+    Welcome,
+    encode_frame,
+)
+from routing import Filter, FilterSyntaxError, parse_filter
+
+_T = TypeVar("_T")
+HOST = "127.0.0.1"
+EVENT = {"type": "callForOffers", "family": 7, "price": 99.0}
+
+
+class Link:
+    """The fake broker's side of one client connection."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.conn = Connection("acceptor")
+        self.subs: dict[int, Filter] = {}
+        self._lock = trio.Lock()
+
+    async def send(self, message: Message) -> None:
+        await self.send_raw(self.conn.send(message))
+
+    async def send_raw(self, data: bytes) -> None:
+        async with self._lock:
+            await self.stream.send_all(data)
+
+
+class FakeBroker:
+    """A minimal broker for one-connection tests (see the module doc).
+
+    ``refuse``: answer Hello with this Error; ``answer_hello``: False to stay silent;
+    ``flush_gate``: if set, FlushAck waits for it (``flush_seen`` is set on Flush).
+    """
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.received: list[Message] = []
+        self.delivered: list[Deliver] = []
+        self.links: list[Link] = []
+        self.refuse: Error | None = None
+        self.answer_hello = True
+        self.flush_gate: trio.Event | None = None
+        self.flush_seen = trio.Event()
+        self.token: trio.lowlevel.TrioToken | None = None
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        listeners = await nursery.start(partial(trio.serve_tcp, self._handle, 0, host=HOST))
+        self.port = listeners[0].socket.getsockname()[1]
+
+    @property
+    def link(self) -> Link:
+        return self.links[-1]
+
+    def kinds(self) -> list[type]:
+        return [type(m) for m in self.received]
+
+    def call(self, afn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+        """Run ``afn(*args)`` in the fake broker's thread (blocking tests)."""
+        return trio.from_thread.run(afn, *args, trio_token=self.token)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        link = Link(stream)
+        self.links.append(link)
+        try:
+            while data := await stream.receive_some(65536):
+                for message in link.conn.receive_data(data):
+                    self.received.append(message)
+                    if not await self._answer(link, message):
+                        return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await stream.aclose()
+
+    async def _answer(self, link: Link, message: Message) -> bool:
+        """Answer ``message``; False once the client has closed its side."""
+        match message:
+            case Hello() if self.answer_hello:
+                await link.send(self.refuse or Welcome(PROTOCOL_VERSION, "fake"))
+            case Subscribe(sub_id=sub_id, filter=wire):
+                link.subs[sub_id] = Filter.from_wire(wire)
+                await link.send(SubAck(sub_id))
+            case Unsubscribe(sub_id=sub_id):
+                link.subs.pop(sub_id, None)
+                await link.send(UnsubAck(sub_id))
+            case Publish(attributes=attributes):
+                ids = [i for i, f in link.subs.items() if f.matches(attributes)]
+                if ids:
+                    self.delivered.append(message.to_deliver(ids))
+                    await link.send(self.delivered[-1])
+            case Flush(token=token):
+                self.flush_seen.set()
+                if self.flush_gate is not None:
+                    await self.flush_gate.wait()
+                await link.send(FlushAck(token))
+            case StatsRequest():
+                await link.send(Stats({"subscriptions": len(link.subs)}))
+            case Ping(nonce=nonce):
+                await link.send(Pong(nonce))
+            case Bye():
+                await link.send(Bye("bye"))
+                return False
+            case Error():
+                return False
+        return True
+
+
+async def _watchdog() -> None:
+    await trio.sleep(10)
+    raise AssertionError("the test took more than 10 s")
+
+
+@pytest.fixture
+async def broker(nursery: trio.Nursery) -> FakeBroker:
+    fake = FakeBroker()
+    await fake.start(nursery)
+    nursery.start_soon(_watchdog)
+    return fake
+
+
+@pytest.fixture
+def thread_broker() -> Iterator[FakeBroker]:
+    """A fake broker running in a trio loop of its own thread."""
+    fake = FakeBroker()
+    ready: queue.SimpleQueue[trio.CancelScope] = queue.SimpleQueue()
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await fake.start(nursery)
+            fake.token = trio.lowlevel.current_trio_token()
+            ready.put(nursery.cancel_scope)
+
+    thread = threading.Thread(target=trio.run, args=(main,), daemon=True)
+    thread.start()
+    scope = ready.get(timeout=5)
+    yield fake
+    trio.from_thread.run_sync(scope.cancel, trio_token=fake.token)
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+
+
+def connect(fake: FakeBroker, name: str = "c1", **kwargs: Any) -> Any:
+    return client.open_client(HOST, fake.port, name=name, **kwargs)
+
+
+# --- trio client --------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_subscribe_publish_next_round_trip(broker: FakeBroker) -> None:
+    async with connect(broker, "sub-1") as c:
+        sub = await c.subscribe("family = 7 and price < 120.5")
+        assert (sub.id, sub.filter) == (1, parse_filter("family = 7 and price < 120.5"))
+        assert await c.publish(EVENT) == "sub-1:1"
+        assert await sub.next() == EVENT
+        before = time.time_ns()
+        assert await c.publish({"family": 7, "price": 1.5}, event_id="mine") == "mine"
+        delivery = await sub.next_delivery()
+        assert (delivery.event_id, delivery.publisher, delivery.attributes) == (
+            "mine",
+            "sub-1",
+            {"family": 7, "price": 1.5},
+        )
+        assert (delivery.sub_ids, delivery.path) == ((1,), ())
+        assert before <= delivery.t_publish_ns <= delivery.t_deliver_ns <= time.time_ns()
+    assert [type(m) for m in broker.received] == [Hello, Subscribe, Publish, Publish, Bye]
+    hello = broker.received[0]
+    assert (hello.role, hello.node_id, hello.secret) == ("client", "sub-1", None)
+
+
+@pytest.mark.trio
+async def test_one_deliver_for_two_subscriptions_reaches_both(broker: FakeBroker) -> None:
+    async with connect(broker) as c:
+        family = await c.subscribe("family = 7")
+        cheap = await c.subscribe(parse_filter("price < 100"))
+        await c.publish(EVENT)
+        await c.publish({"family": 7, "price": 500})
+        await c.flush()
+        assert [d.sub_ids for d in broker.delivered] == [[1, 2], [1]]
+        first = await family.next_delivery()
+        assert first is await cheap.next_delivery()
+        assert first.sub_ids == (1, 2)
+        assert (await family.next())["price"] == 500
+        # A Deliver naming an unknown subscription id reaches only the known ones.
+        await broker.link.send(Deliver([99, 2], "x:1", "x", {"price": 1}, [], 0))
+        assert await cheap.next() == {"price": 1}
+
+
+@pytest.mark.trio
+async def test_unsubscribe_stops_delivery_and_ends_iteration(broker: FakeBroker) -> None:
+    async with connect(broker) as c:
+        gone = await c.subscribe("family = 7")
+        kept = await c.subscribe("family = 7")
+        await c.publish({"family": 7, "n": 1})
+        await c.flush()
+        await c.unsubscribe(gone)
+        assert not gone.active and kept.active
+        await c.publish({"family": 7, "n": 2})
+        await c.flush()
+        assert [event["n"] async for event in gone] == [1]  # drained, then ended
+        with pytest.raises(client.SubscriptionClosed):
+            await gone.next()
+        assert [(await kept.next())["n"], (await kept.next())["n"]] == [1, 2]
+        await c.unsubscribe(gone)  # twice: nothing happens
+    assert broker.kinds().count(Unsubscribe) == 1
+    assert [d.sub_ids for d in broker.delivered] == [[1, 2], [2]]
+
+
+@pytest.mark.trio
+async def test_invalid_filters_and_events_raise_before_sending(broker: FakeBroker) -> None:
+    async with connect(broker) as c:
+        with pytest.raises(FilterSyntaxError):
+            await c.subscribe("family = ")
+        with pytest.raises(TypeError):
+            await c.subscribe(7)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            await c.publish({"family": [7]})
+        with pytest.raises(ValueError):
+            await c.publish({"7family": 7})
+        with pytest.raises(TypeError):
+            await c.publish([("family", 7)])  # type: ignore[arg-type]
+        await c.flush()
+        assert broker.kinds() == [Hello, Flush]
+        assert await c.publish({"family": 7}) == "c1:1"  # rejected events used no id
+
+
+@pytest.mark.trio
+async def test_flush_waits_for_flush_ack(broker: FakeBroker, nursery: trio.Nursery) -> None:
+    broker.flush_gate = trio.Event()
+    flushed = trio.Event()
+
+    async def flush(c: client.AsyncClient) -> None:
+        await c.flush()
+        flushed.set()
+
+    async with connect(broker) as c:
+        await c.publish({"family": 7})
+        nursery.start_soon(flush, c)
+        await broker.flush_seen.wait()
+        await trio.sleep(0.05)
+        assert not flushed.is_set()
+        broker.flush_gate.set()
+        await flushed.wait()
+        assert broker.kinds() == [Hello, Publish, Flush]
+
+
+@pytest.mark.trio
+async def test_stats_ping_and_heartbeats(broker: FakeBroker) -> None:
+    async with connect(broker) as c:
+        await c.subscribe("true")
+        assert await c.stats() == {"subscriptions": 1}
+        assert 0 <= await c.ping() < 5
+        await broker.link.send(Ping(42))  # the broker's heartbeat
+        await c.flush()
+        assert Pong(42) in broker.received
+
+
+@pytest.mark.trio
+async def test_broker_error_ends_the_client(broker: FakeBroker, nursery: trio.Nursery) -> None:
+    broker.flush_gate = trio.Event()  # never set: the flush stays pending
+    failed = trio.Event()
+
+    async def pending_flush(c: client.AsyncClient) -> None:
+        with pytest.raises(client.BrokerError) as info:
+            await c.flush()
+        assert (info.value.code, info.value.message) == ("overloaded", "too many clients")
+        assert str(info.value) == "overloaded: too many clients"
+        failed.set()
+
+    async with connect(broker) as c:
+        sub = await c.subscribe("family = 7")
+        nursery.start_soon(pending_flush, c)
+        await broker.flush_seen.wait()
+        await broker.link.send(Error("overloaded", "too many clients"))
+        assert [event async for event in sub] == []
+        await failed.wait()
+        with pytest.raises(client.BrokerError):
+            await sub.next()
+        with pytest.raises(client.BrokerError):
+            await c.publish({"family": 7})
+        assert not sub.active
+
+
+@pytest.mark.trio
+async def test_connection_loss_ends_iteration(broker: FakeBroker) -> None:
+    async with connect(broker) as c:
+        sub = await c.subscribe("family = 7")
+        await c.publish({"family": 7})
+        await c.flush()
+        await broker.link.stream.aclose()
+        assert [event async for event in sub] == [{"family": 7}]  # drained, then ended
+        with pytest.raises(client.ConnectionLost) as info:
+            await sub.next()
+        assert not isinstance(info.value, client.BrokerError)
+        for call in (c.flush(), c.publish({"family": 7}), c.subscribe("x = 1"), c.stats()):
+            with pytest.raises(client.ConnectionLost):
+                await call
+
+
+@pytest.mark.trio
+async def test_protocol_violation_is_reported_and_ends_the_client(broker: FakeBroker) -> None:
+    async with connect(broker) as c:
+        sub = await c.subscribe("family = 7")
+        await broker.link.send_raw(encode_frame(Subscribe(1, [])))  # brokers never send it
+        with pytest.raises(client.ConnectionLost, match="protocol violation"):
+            await sub.next()
+    assert isinstance(broker.received[-1], Error)
+    assert broker.received[-1].code == "unexpected"
+
+
+@pytest.mark.trio
+async def test_close_sends_queued_events_then_bye(broker: FakeBroker) -> None:
+    async with connect(broker) as c:
+        for n in range(2000):  # more than the outgoing channel holds
+            await c.publish({"n": n})
+    assert broker.kinds() == [Hello] + [Publish] * 2000 + [Bye]
+    with pytest.raises(client.ConnectionLost, match="closed"):
+        await c.publish({"n": 0})
+
+
+@pytest.mark.trio
+async def test_refused_hello_raises_broker_error(broker: FakeBroker) -> None:
+    broker.refuse = Error("auth", "bad secret")
+    with pytest.raises(client.BrokerError) as info:
+        async with connect(broker, secret="guess"):
+            pytest.fail("connected")
+    assert info.value.code == "auth"
+    assert broker.received[0].secret == "guess"
+
+
+@pytest.mark.trio
+async def test_connect_timeout(broker: FakeBroker) -> None:
+    broker.answer_hello = False
+    start = trio.current_time()
+    with pytest.raises(TimeoutError):
+        async with connect(broker, timeout=0.2):
+            pytest.fail("connected")
+    assert trio.current_time() - start >= 0.2
+
+
+@pytest.mark.trio
+async def test_exceptions_leave_the_block_unwrapped(broker: FakeBroker) -> None:
+    with pytest.raises(KeyError):
+        async with connect(broker):
+            raise KeyError("mine")
+    assert broker.kinds() == [Hello, Bye]
+
+
+# --- blocking client ------------------------------------------------------------------
+
+
+def blocking(fake: FakeBroker, name: str = "b1") -> client.Client:
+    return client.Client.connect(HOST, fake.port, name=name)
+
+
+def test_blocking_round_trip(thread_broker: FakeBroker) -> None:
+    with blocking(thread_broker, "sub-1") as c:
+        sub = c.subscribe("family = 7 and price < 120.5")
+        assert c.publish(EVENT) == "sub-1:1"
+        assert sub.next(timeout=5) == EVENT
+        c.publish({"family": 7, "price": 1.5}, event_id="e2")
+        delivery = sub.next_delivery(timeout=5)
+        assert (delivery.event_id, delivery.sub_ids) == ("e2", (1,))
+        assert delivery.t_publish_ns <= delivery.t_deliver_ns
+        c.flush()
+        assert c.stats() == {"subscriptions": 1}
+        assert c.ping() >= 0
+    assert thread_broker.kinds()[-1] is Bye
+
+
+def test_blocking_next_timeout(thread_broker: FakeBroker) -> None:
+    with blocking(thread_broker) as c:
+        sub = c.subscribe("family = 7")
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            sub.next(timeout=0.2)
+        assert time.monotonic() - start >= 0.2
+        c.publish({"family": 7})
+        assert sub.next(timeout=5) == {"family": 7}  # the subscription still works
+
+
+def test_blocking_unsubscribe_ends_iteration(thread_broker: FakeBroker) -> None:
+    with blocking(thread_broker) as c:
+        sub = c.subscribe("family = 7")
+        for n in range(3):
+            c.publish({"family": 7, "n": n})
+        c.flush()
+        c.unsubscribe(sub)
+        c.publish({"family": 7, "n": 3})
+        c.flush()
+        assert [event["n"] for event in sub] == [0, 1, 2]
+        with pytest.raises(client.SubscriptionClosed):
+            sub.next(timeout=1)
+
+
+def test_blocking_invalid_input_raises_before_sending(thread_broker: FakeBroker) -> None:
+    with blocking(thread_broker) as c:
+        with pytest.raises(FilterSyntaxError):
+            c.subscribe("family >")
+        with pytest.raises(TypeError):
+            c.publish({"family": None})
+        c.flush()
+        assert thread_broker.kinds() == [Hello, Flush]
+
+
+def test_blocking_broker_error_keeps_its_type(thread_broker: FakeBroker) -> None:
+    with blocking(thread_broker) as c:
+        sub = c.subscribe("family = 7")
+        thread_broker.call(thread_broker.link.send, Error("shutdown", "going away"))
+        assert list(sub) == []
+        with pytest.raises(client.BrokerError) as info:
+            c.flush()
+        assert info.value.code == "shutdown"
+
+
+def test_blocking_connection_loss(thread_broker: FakeBroker) -> None:
+    with blocking(thread_broker) as c:
+        sub = c.subscribe("family = 7")
+        thread_broker.call(thread_broker.link.stream.aclose)
+        with pytest.raises(client.ConnectionLost):
+            sub.next(timeout=5)
+        with pytest.raises(client.ConnectionLost):
+            c.publish({"family": 7})
+
+
+def test_blocking_close_leaves_no_threads(thread_broker: FakeBroker) -> None:
+    before = threading.active_count()
+    c = blocking(thread_broker)
+    sub = c.subscribe("family = 7")
+    c.publish({"family": 7})
+    assert threading.active_count() == before + 1
+    c.close()
+    assert threading.active_count() == before
+    c.close()  # idempotent
+    with pytest.raises(client.ConnectionLost):
+        c.publish({"family": 7})
+    assert list(sub) == []  # what was not yet taken ends with the client
+
+
+def test_blocking_connect_errors(thread_broker: FakeBroker) -> None:
+    before = threading.active_count()
+    thread_broker.refuse = Error("auth", "bad secret")
+    with pytest.raises(client.BrokerError, match="auth: bad secret"):
+        blocking(thread_broker)
+    thread_broker.refuse = None
+    thread_broker.answer_hello = False
+    with pytest.raises(TimeoutError):
+        client.Client.connect(HOST, thread_broker.port, name="b1", timeout=0.2)
+    assert threading.active_count() == before
