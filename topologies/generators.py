@@ -50,9 +50,7 @@ def chain(
     return _topology(name or f"chain{n}", parents, base_port, host)
 
 
-def _topology(
-    name: str, parents: dict[int, int | None], base_port: int, host: str
-) -> Topology:
+def _topology(name: str, parents: dict[int, int | None], base_port: int, host: str) -> Topology:
     if base_port < 0 or base_port + len(parents) > 65535:
         raise ValueError(f"ports base_port+1 .. base_port+{len(parents)} must be in 1..65535")
     brokers = {j: BrokerSpec(j, parent, host, base_port + j) for j, parent in parents.items()}
@@ -94,16 +92,32 @@ def to_toml(study: Topology | CaseStudy) -> str:
             f"seed = {w.seed}",
         ]
     for p in study.publishers.values():
-        lines += ["", "[[publishers]]", f"id = {p.id}", f"broker = {p.broker}",
-                  f"rate = {p.rate!r}", f"arrival = {_str(p.arrival)}"]
+        lines += [
+            "",
+            "[[publishers]]",
+            f"id = {p.id}",
+            f"broker = {p.broker}",
+            f"rate = {p.rate!r}",
+            f"arrival = {_str(p.arrival)}",
+        ]
     for s in study.subscribers.values():
         filters = "".join(f"\n    {_str(text)}," for text in s.filters)
-        lines += ["", "[[subscribers]]", f"id = {s.id}", f"broker = {s.broker}",
-                  f"filters = [{filters}\n]"]
+        lines += [
+            "",
+            "[[subscribers]]",
+            f"id = {s.id}",
+            f"broker = {s.broker}",
+            f"filters = [{filters}\n]",
+        ]
     for scenario in study.scenarios.values():
         rates = ", ".join(f"{pid} = {rate!r}" for pid, rate in scenario.rates.items())
-        lines += ["", "[[scenarios]]", f"name = {_str(scenario.name)}",
-                  f"rate_scale = {scenario.rate_scale!r}", f"rates = {{{rates}}}"]
+        lines += [
+            "",
+            "[[scenarios]]",
+            f"name = {_str(scenario.name)}",
+            f"rate_scale = {scenario.rate_scale!r}",
+            f"rates = {{{rates}}}",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -42,8 +42,15 @@ from topologies.model import (
 FilterParser = Callable[[str], object]
 
 _TOP_KEYS = (
-    "name", "host", "base_port", "routing", "brokers",
-    "workload", "publishers", "subscribers", "scenarios",
+    "name",
+    "host",
+    "base_port",
+    "routing",
+    "brokers",
+    "workload",
+    "publishers",
+    "subscribers",
+    "scenarios",
 )
 _WORKLOAD_KEYS = ("event_type", "families", "duration_s", "warmup_s", "drain_s", "seed")
 _DEFAULT_HOST = "127.0.0.1"
@@ -138,8 +145,9 @@ def _topology(doc: dict[str, Any], stem: str, file: str) -> Topology:
                 _fail(at, f"port base_port + id = {port} is out of range 1..65535")
         if (broker_host, port) in addresses:
             other = addresses[(broker_host, port)]
-            _fail(at, f"address {broker_host}:{port} is also used by broker {other} "
-                      f"({where[other]})")
+            _fail(
+                at, f"address {broker_host}:{port} is also used by broker {other} ({where[other]})"
+            )
         addresses[(broker_host, port)] = broker_id
         brokers[broker_id] = BrokerSpec(broker_id, parent, broker_host, port)
         where[broker_id] = at
@@ -165,9 +173,11 @@ def _check_tree(brokers: dict[int, BrokerSpec], where: dict[int, str]) -> None:
         current: int | None = broker.id
         while current is not None and current not in reaches_root:
             if current in chain:
-                cycle = chain[chain.index(current):] + [current]
-                _fail(f"{where[current]}.parent",
-                      "cycle " + " -> ".join(map(str, cycle)) + " (a topology is one tree)")
+                cycle = chain[chain.index(current) :] + [current]
+                _fail(
+                    f"{where[current]}.parent",
+                    "cycle " + " -> ".join(map(str, cycle)) + " (a topology is one tree)",
+                )
             chain.append(current)
             current = brokers[current].parent
         reaches_root.update(chain)
@@ -182,8 +192,9 @@ def _workload(value: object, at: str) -> Workload:
     return Workload(
         event_type=_string(entry.get("event_type", defaults.event_type), f"{at}.event_type"),
         families=_int(entry.get("families", defaults.families), f"{at}.families", 1),
-        duration_s=_number(entry.get("duration_s", defaults.duration_s), f"{at}.duration_s",
-                           positive=True),
+        duration_s=_number(
+            entry.get("duration_s", defaults.duration_s), f"{at}.duration_s", positive=True
+        ),
         warmup_s=_number(entry.get("warmup_s", defaults.warmup_s), f"{at}.warmup_s"),
         drain_s=_number(entry.get("drain_s", defaults.drain_s), f"{at}.drain_s"),
         seed=_int(entry.get("seed", defaults.seed), f"{at}.seed"),
@@ -194,8 +205,12 @@ def _publishers(doc: dict[str, Any], topology: Topology) -> dict[int, PublisherS
     publishers: dict[int, PublisherSpec] = {}
     for i, entry in enumerate(_array_of_tables(doc.get("publishers", []), "publishers")):
         at = f"publishers[{i}]"
-        _keys(entry, at, required=("id", "broker", "rate"),
-              allowed=("id", "broker", "rate", "arrival"))
+        _keys(
+            entry,
+            at,
+            required=("id", "broker", "rate"),
+            allowed=("id", "broker", "rate", "arrival"),
+        )
         publisher_id = _client_id(entry, at, publishers, "publisher")
         arrival = entry.get("arrival", "poisson")
         if arrival not in ARRIVALS:
@@ -215,8 +230,7 @@ def _subscribers(
     subscribers: dict[int, SubscriberSpec] = {}
     for i, entry in enumerate(_array_of_tables(doc.get("subscribers", []), "subscribers")):
         at = f"subscribers[{i}]"
-        _keys(entry, at, required=("id", "broker", "filters"),
-              allowed=("id", "broker", "filters"))
+        _keys(entry, at, required=("id", "broker", "filters"), allowed=("id", "broker", "filters"))
         subscriber_id = _client_id(entry, at, subscribers, "subscriber")
         broker = _broker_ref(entry["broker"], f"{at}.broker", topology)
         filters = entry["filters"]
@@ -274,8 +288,14 @@ def _broker_ref(value: object, at: str, topology: Topology) -> int:
 
 
 def _kind(value: object) -> str:
-    names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string",
-             list: "an array", dict: "a table"}
+    names = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a float",
+        str: "a string",
+        list: "an array",
+        dict: "a table",
+    }
     return names.get(type(value), type(value).__name__)
 
 
