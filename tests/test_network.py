@@ -129,6 +129,10 @@ def test_every_subscriber_gets_exactly_its_events_once(tree7: Network) -> None:
                 assert ids == matching, (name, eid)
 
 
+STRATEGIES = ["hierarchical", "acyclic", "flooding"]
+
+
+@pytest.mark.parametrize("tree7", STRATEGIES, indirect=True)
 def test_nothing_arrives_after_unsubscribe(tree7: Network) -> None:
     async def scenario() -> tuple[int, int, int]:
         async with (
@@ -163,6 +167,7 @@ def _events_out(stats: dict, client_name: str) -> int:
     return links[0]["events_out"]
 
 
+@pytest.mark.parametrize("tree7", STRATEGIES, indirect=True)
 def test_subscribing_while_events_flow_loses_nothing_after_subscribe_returns(
     tree7: Network,
 ) -> None:
@@ -295,3 +300,25 @@ def _attack(host: str, port: int, hello: bool, data: bytes, i: int) -> bytes:
                 break
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+def test_an_event_that_already_passed_a_broker_is_dropped(tree7: Network) -> None:
+    """A path naming this broker means a routing cycle: drop it and count it."""
+    host, port = tree7.address(4)
+
+    async def scenario() -> int:
+        async with client.open_client(host, port, name="cycle-sub") as c:
+            sub = await c.subscribe("family = 5")
+            stream = await trio.open_tcp_stream(host, port)
+            await stream.send_all(_hello("cycler"))
+            await stream.receive_some(65536)  # Welcome
+            looped = msgpack.packb([20, "loop:1", "cycler", {"family": 5}, ["2", "4"], 1])
+            fresh = msgpack.packb([20, "loop:2", "cycler", {"family": 5}, [], 1])
+            await stream.send_all(_frame(looped) + _frame(fresh))
+            with trio.fail_after(5):
+                delivery = await sub.next_delivery()
+            await stream.aclose()
+            assert delivery.event_id == "loop:2"  # the looped one never arrived
+            return (await c.stats())["events_dropped"]
+
+    assert trio.run(scenario) == 1
