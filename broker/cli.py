@@ -20,6 +20,7 @@ import trio
 
 from broker import logs
 from broker.process import BrokerProcesses, StartupError, run_broker
+from broker.server import BrokerConfig
 from routing import FilterSyntaxError, parse_filter
 from topologies import TopologyError, load_case_study
 
@@ -75,14 +76,18 @@ def cmd_broker(args: argparse.Namespace) -> int:
     study = _load(args.file)
     if args.id not in study.topology.brokers:
         raise BadInput(f"{args.file}: no broker with id {args.id}")
-    run_broker(study.topology, args.id)
+    trace_dir = Path(args.trace_dir) if args.trace_dir else None
+    run_broker(study.topology, args.id, BrokerConfig(trace_dir=trace_dir, run_id=args.run_id))
     return EXIT_OK
 
 
 def cmd_net(args: argparse.Namespace) -> int:
     study = _load(args.file)
     topology = study.topology
-    procs = BrokerProcesses(Path(args.file), topology, ["--log-level", args.log_level])
+    extra = ["--log-level", args.log_level]
+    if args.trace_dir:
+        extra += ["--trace-dir", args.trace_dir, "--run-id", args.run_id]
+    procs = BrokerProcesses(Path(args.file), topology, extra)
     stop = False
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -181,7 +186,43 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from monitor.replay import ReplayError, replay
+    from monitor.traces import TraceError
+
+    try:
+        result = replay(
+            Path(args.file),
+            Path(args.out),
+            scenario=args.scenario,
+            duration_s=args.duration,
+            warmup_s=args.warmup,
+            quiet=args.quiet,
+        )
+    except (ReplayError, TraceError) as exc:
+        print(f"hop replay: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    c = result.counts
+    print(
+        f"{result.run_id}: published {c.published}, delivered {c.delivered} "
+        f"of {c.expected_deliveries} expected, lost {c.lost}, unexpected {c.unexpected}"
+    )
+    print(f"traces and manifest in {result.run_dir}")
+    if c.lost or c.unexpected:
+        for example in c.lost_examples:
+            print(f"  lost: {example}", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
 # -- parser -----------------------------------------------------------------------------
+
+
+def add_trace_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--trace-dir", help="record a trace row per routed event into this folder (off by default)"
+    )
+    p.add_argument("--run-id", default="adhoc", help="run id written into the traces")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -196,11 +237,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("broker", "run one broker of a topology file")
     p.add_argument("file")
     p.add_argument("--id", type=int, required=True, help="the broker's id in the file")
+    add_trace_options(p)
     p.set_defaults(func=cmd_broker)
 
     p = command("net", "run every broker of a topology on this host")
     p.add_argument("file")
+    add_trace_options(p)
     p.set_defaults(func=cmd_net)
+
+    p = command("replay", "run a case study's workload and record traces into RUN_DIR")
+    p.add_argument("file", help="a case-study file (topology + workload)")
+    p.add_argument("--out", required=True, help="RUN_DIR (must not hold traces yet)")
+    p.add_argument("--scenario", help="a [[scenarios]] name of the file")
+    p.add_argument("--duration", type=float, help="measurement seconds (default: the file's)")
+    p.add_argument("--warmup", type=float, help="warm-up seconds (default: the file's)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=cmd_replay)
 
     p = command("sub", "subscribe and print events as JSON lines")
     p.add_argument("address", help="HOST:PORT of a broker")

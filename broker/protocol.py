@@ -224,6 +224,8 @@ class Connection:
         self._peer_closed = False
         self._error: ProtocolError | None = None
         self._buffer = bytearray()
+        self.frame_sizes: list[int] = []
+        """Sizes in bytes of the frames of the messages the last receive_data returned."""
         self._receivable = self._sendable = _NOTHING
         self._update_allowed()
 
@@ -276,6 +278,7 @@ class Connection:
         buffer = self._buffer
         buffer += data
         messages: list[Message] = []
+        self.frame_sizes = []
         try:
             consumed = self._parse_frames(buffer, messages)
         except ProtocolError as exc:
@@ -323,6 +326,7 @@ class Connection:
                     self._on_received(message)
                     receivable = self._receivable
                 messages.append(message)
+                self.frame_sizes.append(stop - start)
                 start = stop
         return start
 

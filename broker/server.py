@@ -25,6 +25,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -53,8 +54,16 @@ from broker.protocol import (
     encode_frame,
     error_frame,
 )
+from monitor.tracing import HopRecorder
 from routing import Filter
-from routing.router import Action, Router, SendSubAck, SendSubscribe, SendUnsubscribe
+from routing.router import (
+    Action,
+    Decision,
+    Router,
+    SendSubAck,
+    SendSubscribe,
+    SendUnsubscribe,
+)
 from topologies import Topology
 
 log = structlog.get_logger("hop.broker")
@@ -73,6 +82,8 @@ class BrokerConfig:
     batch_frames: int = 512
     reconnect_initial_s: float = 0.05
     reconnect_max_s: float = 2.0
+    trace_dir: Path | None = None  # record a `hops` row per event (monitor.schema)
+    run_id: str = ""
 
 
 @dataclass
@@ -91,15 +102,36 @@ class Link:
 
     link_id: str
     kind: str  # "client" | "broker"
-    peer: str
+    peer: str  # the broker id or the client's name
     stream: trio.abc.Stream
     conn: Connection
     send_channel: trio.MemorySendChannel[bytes]
     receive_channel: trio.MemoryReceiveChannel[bytes]
     counters: LinkCounters = field(default_factory=LinkCounters)
     closed: bool = False
+    # The read being handled (for traces): when it returned, how many messages.
+    read_ns: int = 0
+    read_batch: int = 0
+
+    @property
+    def node(self) -> str:
+        """How traces name the peer: a broker id, or client:NAME."""
+        return self.peer if self.kind == "broker" else f"client:{self.peer}"
+
+    def enqueue_nowait(self, frame: bytes) -> bool:
+        """Queue `frame` without waiting; False when the queue is full."""
+        if self.closed:
+            return True
+        try:
+            self.send_channel.send_nowait(frame)
+        except trio.WouldBlock:
+            return False
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            self.closed = True
+        return True
 
     async def enqueue(self, frame: bytes) -> None:
+        """Queue `frame`, waiting while the queue is full (backpressure)."""
         if self.closed:
             return
         try:
@@ -134,6 +166,9 @@ class Broker:
         self.events_routed = 0
         self.events_dropped = 0
         self.on_event = on_event
+        self.tracer: HopRecorder | None = None
+        if self.config.trace_dir is not None:
+            self.tracer = HopRecorder(self.config.trace_dir, self.config.run_id, self.name)
         self._client_numbers = itertools.count(1)
         self._log = log.bind(broker=self.name)
 
@@ -142,12 +177,25 @@ class Broker:
     async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listen and keep the parent link up until cancelled."""
         listeners = await trio.open_tcp_listeners(self.spec.port, host=self.spec.host)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(trio.serve_listeners, self._accept, listeners)
-            if self.spec.parent is not None:
-                nursery.start_soon(self._parent_loop)
-            self._log.info("listening", host=self.spec.host, port=self.spec.port)
-            task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.serve_listeners, self._accept, listeners)
+                if self.spec.parent is not None:
+                    nursery.start_soon(self._parent_loop)
+                if self.tracer is not None:
+                    nursery.start_soon(self._flush_traces, self.tracer)
+                self._log.info("listening", host=self.spec.host, port=self.spec.port)
+                task_status.started()
+        finally:
+            if self.tracer is not None:
+                self.tracer.close()
+                self._log.info("trace_closed", rows=self.tracer.writer.rows_written)
+
+    async def _flush_traces(self, tracer: HopRecorder) -> None:
+        """Write buffered trace rows at least once a second, also when idle."""
+        while True:
+            await trio.sleep(1.0)
+            tracer.flush()
 
     async def _parent_loop(self) -> None:
         """Connect to the parent, and reconnect with jittered, capped backoff."""
@@ -272,13 +320,19 @@ class Broker:
                 return _CLOSED
             if not data:
                 return _CLOSED
+            if self.tracer is not None:
+                link.read_ns = time.time_ns()
             counters.bytes_in += len(data)
             try:
                 messages = conn.receive_data(data)
             except ProtocolError as exc:
                 return (exc.code, exc.message)
-            for message in messages:
+            link.read_batch = len(messages)
+            for index, message in enumerate(messages):
                 counters.messages_in += 1
+                if type(message) is Publish:
+                    await self._route(link, message, index)
+                    continue
                 problem = await self._handle(link, message)
                 if problem is not None:
                     return problem
@@ -307,7 +361,7 @@ class Broker:
     async def _handle(self, link: Link, message: Any) -> tuple[str, str] | None:
         """Act on one message; return (code, why) when the connection must close."""
         if isinstance(message, Publish):
-            await self._route(link, message)
+            await self._route(link, message, 0)
         elif isinstance(message, Subscribe):
             try:
                 f = Filter.from_wire(message.filter)
@@ -331,31 +385,99 @@ class Broker:
             return _CLOSED
         return None  # UnsubAck, Pong: nothing to do
 
-    async def _route(self, link: Link, event: Publish) -> None:
+    async def _route(self, link: Link, event: Publish, index: int) -> None:
+        """Route one event: forward it, deliver it, and trace the decision."""
+        tracer = self.tracer
+        if tracer is not None:
+            t_start, cpu_start = time.time_ns(), time.thread_time_ns()
+            queued = self._queued_frames()
         link.counters.events_in += 1
         if self.name in event.path:
             self.events_dropped += 1
             self._log.error(
                 "cycle_dropped", event_id=event.event_id, path=event.path, link=link.link_id
             )
+            if tracer is not None:
+                start = (t_start, cpu_start, queued)
+                self._trace(tracer, link, event, index, start, None, [], 0, "cycle")
             return
         decision = self.router.route(link.link_id, event.attributes)
         self.events_routed += 1
         forwarded = event.with_hop(self.name)
+        sends: list[tuple[Link, bytes]] = []
         if decision.forward:
             frame = encode_frame(forwarded, self.config.max_frame)
             for target in decision.forward:
                 out = self.links.get(target)
                 if out is not None:
-                    out.counters.events_out += 1
-                    await out.enqueue(out.conn.send(forwarded, frame))
+                    sends.append((out, out.conn.send(forwarded, frame)))
         for target, sub_ids in decision.deliver.items():
             out = self.links.get(target)
             if out is not None:
-                out.counters.events_out += 1
-                await out.enqueue(out.conn.send(forwarded.to_deliver(sorted(sub_ids))))
+                sends.append((out, out.conn.send(forwarded.to_deliver(sorted(sub_ids)))))
+        blocked = []
+        for out, frame in sends:
+            out.counters.events_out += 1
+            if not out.enqueue_nowait(frame):
+                blocked.append((out, frame))
+        if tracer is not None:
+            cpu_end = time.thread_time_ns()
+        for out, frame in blocked:  # backpressure: wait for room, in order
+            await out.enqueue(frame)
+        if tracer is not None:
+            start = (t_start, cpu_start, queued)
+            self._trace(tracer, link, event, index, start, decision, sends, cpu_end)
         if self.on_event is not None:
             self.on_event(link.link_id, event, decision)
+
+    def _trace(
+        self,
+        tracer: HopRecorder,
+        link: Link,
+        event: Publish,
+        index: int,
+        start: tuple[int, int, int],
+        decision: Decision | None,
+        sends: list[tuple[Link, bytes]],
+        cpu_end: int,
+        drop_reason: str = "",
+    ) -> None:
+        """Append the `hops` row of one event (called only when tracing).
+
+        `start` holds the wall clock, the thread's CPU clock and the frames waiting
+        in outgoing queues when routing began.
+        """
+        t_start, cpu_start, queued = start
+        cpu_end = cpu_end or time.thread_time_ns()
+        to_nodes = [out.peer for out, _ in sends if out.kind == "broker"]
+        delivered = [out.peer for out, _ in sends if out.kind == "client"]
+        tracer.record(
+            event_id=event.event_id,
+            event_type=str(event.attributes.get("type", "")),
+            publisher=event.publisher,
+            from_node=link.node,
+            to_nodes=to_nodes,
+            delivered_to=delivered,
+            decision="dropped" if drop_reason else "routed",
+            drop_reason=drop_reason,
+            t_arrival_ns=link.read_ns or t_start,
+            t_start_ns=t_start,
+            t_done_ns=time.time_ns(),
+            cpu_ns=cpu_end - cpu_start,
+            batch=link.read_batch,
+            batch_index=index,
+            queue_len=queued,
+            bytes_in=link.conn.frame_sizes[index] if index < len(link.conn.frame_sizes) else 0,
+            bytes_out=sum(len(frame) for _, frame in sends),
+            filters_matched=decision.filters_matched if decision else 0,
+            subscriptions=self.router.subscription_count,
+            hops_before=len(event.path),
+        )
+
+    def _queued_frames(self) -> int:
+        return sum(
+            link.send_channel.statistics().current_buffer_used for link in self.links.values()
+        )
 
     async def _perform(self, actions: list[Action]) -> None:
         for action in actions:

@@ -35,6 +35,9 @@ class TraceWriter:
         self.rows_written = 0
         self._sink = pa.OSFile(str(path), "wb")
         self._writer = pa.ipc.new_stream(self._sink, schema)
+        # pyarrow initialises its conversions on first use (~0.5 s here): pay that now,
+        # not in the middle of a measurement.
+        pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
         self._deadline = time.monotonic() + flush_interval_s
 
     def append(self, row: tuple[Any, ...]) -> None:

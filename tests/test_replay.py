@@ -1,0 +1,187 @@
+"""`hop replay` end to end, checked from the Arrow trace files alone."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import trio
+
+import client
+from monitor.replay import publisher_name, subscriber_name
+from monitor.schema import HOPS
+from monitor.traces import TraceError, read_table
+from monitor.tracing import attributes_from_json
+from routing import parse_filter
+from tests.network import REPO, Network, free_base_port
+from topologies import CaseStudy, load_case_study
+from topologies.generators import to_toml
+
+pytestmark = pytest.mark.integration
+
+
+def small_study(tmp_path: Path, routing: str) -> tuple[Path, CaseStudy]:
+    """tree7 on free ports with the given strategy and a short workload."""
+    study = load_case_study(REPO / "topologies" / "tree7.toml")
+    base = free_base_port(7)
+    topology = dataclasses.replace(
+        study.topology,
+        routing=routing,
+        base_port=base,
+        brokers={
+            b: dataclasses.replace(s, port=base + b) for b, s in study.topology.brokers.items()
+        },
+    )
+    workload = dataclasses.replace(study.workload, duration_s=2.0, warmup_s=0.5, drain_s=1.0)
+    study = dataclasses.replace(study, topology=topology, workload=workload)
+    path = tmp_path / f"tree7-{routing}.toml"
+    path.write_text(to_toml(study))
+    return path, load_case_study(path)
+
+
+def run_replay(path: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "broker.cli", "replay", str(path), "--out", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        check=False,
+    )
+
+
+def must_visit(study: CaseStudy, home: int, targets: set[int]) -> set[int]:
+    """The brokers an event from `home` must visit to reach brokers `targets`."""
+    topology = study.topology
+    if topology.routing == "flooding":
+        return set(topology.brokers)
+    if topology.routing == "hierarchical":  # up to the root, then down to each target
+        root = topology.root()
+        visits = set(topology.tree_path(home, root))
+        for target in targets:
+            visits |= set(topology.tree_path(target, root))
+        return visits
+    visits = {home}  # acyclic: along the tree paths towards the targets only
+    for target in targets:
+        visits |= set(topology.tree_path(home, target))
+    return visits
+
+
+@pytest.mark.parametrize("routing", ["hierarchical", "acyclic", "flooding"])
+def test_replay_traces_show_every_routing_decision(tmp_path: Path, routing: str) -> None:
+    path, study = small_study(tmp_path, routing)
+    out = tmp_path / "run"
+    result = run_replay(path, out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "lost 0" in result.stdout
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["lost"] == 0
+    phases = manifest["phases"]
+    assert phases["start_ns"] < phases["measure_start_ns"] < phases["measure_end_ns"]
+    assert phases["measure_end_ns"] <= phases["drain_end_ns"]
+
+    publications = read_table(out, "publications").table.to_pylist()
+    hops = read_table(out, "hops").table.to_pylist()
+    deliveries = read_table(out, "deliveries").table.to_pylist()
+    assert len(publications) > 20
+    home = {publisher_name(p.id): p.broker for p in study.publishers.values()}
+    filters = {
+        subscriber_name(s.id): (s.broker, [parse_filter(f) for f in s.filters])
+        for s in study.subscribers.values()
+    }
+
+    hops_by_event: dict[str, list[dict]] = defaultdict(list)
+    for row in hops:
+        hops_by_event[row["event_id"]].append(row)
+        assert row["decision"] == "routed"
+        assert row["t_arrival_ns"] <= row["t_start_ns"] <= row["t_done_ns"]
+        assert row["cpu_ns"] > 0 and row["bytes_in"] > 0
+    delivered = Counter((d["event_id"], d["subscriber"]) for d in deliveries)
+    for pub in publications:
+        event = attributes_from_json(pub["attributes"])
+        wanted = {name for name, (_, fs) in filters.items() if any(f.matches(event) for f in fs)}
+        targets = {filters[name][0] for name in wanted}
+        rows = hops_by_event[pub["event_id"]]
+        # Rows exactly at the brokers the strategy must visit, once each.
+        visited = Counter(int(r["broker"]) for r in rows)
+        assert set(visited) == must_visit(study, home[pub["publisher"]], targets), pub
+        assert max(visited.values()) == 1
+        # Every forward has a row at its target that points back.
+        by_broker = {r["broker"]: r for r in rows}
+        for r in rows:
+            for target in r["to_nodes"]:
+                assert by_broker[target]["from_node"] == r["broker"]
+        # Deliveries are exactly the matching subscribers, once each.
+        got = {s for (e, s) in delivered if e == pub["event_id"]}
+        assert got == wanted, pub["event_id"]
+        assert all(delivered[(pub["event_id"], s)] == 1 for s in got)
+        local = [r for r in rows if r["from_node"].startswith("client:")]
+        assert len(local) == 1 and local[0]["broker"] == str(home[pub["publisher"]])
+
+
+def test_sigterm_flushes_a_broker_trace(tmp_path: Path) -> None:
+    net = Network.from_file("chain5", tmp_path)
+    traces = tmp_path / "traces"
+    net.procs.extra_args = ["--trace-dir", str(traces), "--run-id", "sigterm"]
+    net.start()
+    try:
+
+        async def publish() -> None:
+            async with (
+                client.open_client(*net.address(1), name="sink") as sub_client,
+                client.open_client(*net.address(5), name="src") as pub,
+            ):
+                sub = await sub_client.subscribe("n exists")
+                for i in range(500):
+                    await pub.publish({"n": i})
+                await pub.flush()
+                for _ in range(500):
+                    await sub.next_delivery()
+
+        trio.run(publish)
+        # SIGTERM well within the 1 s flush interval: rows are still buffered.
+        net.procs.kill(3, sig=15)
+        assert net.procs.procs[3].returncode == 0
+        brokers = read_table(tmp_path, "hops").table.column("broker").to_pylist()
+        assert brokers.count("3") == 500
+    finally:
+        net.stop()
+
+
+def test_truncated_and_foreign_traces(tmp_path: Path) -> None:
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    rows = [{name: None for name in HOPS.names} for _ in range(10)]
+    batch = pa.RecordBatch.from_pylist(rows, schema=HOPS)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, HOPS) as writer:
+        writer.write_batch(batch)
+        writer.write_batch(batch)
+    data = sink.getvalue().to_pybytes()
+    (traces / "hops-broker1-1.arrow").write_bytes(data[: len(data) - 40])  # cut mid-batch
+    read = read_table(tmp_path, "hops")
+    assert read.table.num_rows == 10
+    assert "truncated after 10 rows" in read.problems[0]
+
+    other = HOPS.with_metadata({b"hop.trace.version": b"0", b"hop.trace.table": b"hops"})
+    with pa.ipc.new_stream(str(traces / "hops-broker2-1.arrow"), other) as writer:
+        writer.write_batch(batch.replace_schema_metadata(other.metadata))
+    with pytest.raises(TraceError, match="schema version 0"):
+        read_table(tmp_path, "hops")
+    with pytest.raises(TraceError, match="no deliveries trace files"):
+        read_table(tmp_path, "deliveries")
+
+
+def test_replay_refuses_a_run_dir_with_traces(tmp_path: Path) -> None:
+    path, _ = small_study(tmp_path, "hierarchical")
+    (tmp_path / "run" / "traces").mkdir(parents=True)
+    (tmp_path / "run" / "traces" / "hops-x-1.arrow").write_bytes(b"")
+    result = run_replay(path, tmp_path / "run")
+    assert result.returncode == 1 and "already holds traces" in result.stderr
