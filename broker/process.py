@@ -4,6 +4,7 @@ of child processes (`hop net`), each stopped by PID."""
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import signal
 import socket
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import trio
 
+from broker.probe import fetch_stats
+from broker.protocol import ProtocolError
 from broker.server import Broker, BrokerConfig
 from topologies import Topology
 
@@ -26,6 +29,9 @@ class StartupError(RuntimeError):
 def run_broker(topology: Topology, broker_id: int, config: BrokerConfig | None = None) -> None:
     """Run one broker until SIGINT or SIGTERM; StartupError if it cannot listen."""
     broker = Broker(topology, broker_id, config)
+    # The start-up heap (trio, msgpack, pyarrow when tracing: ~10^5 objects) never
+    # becomes garbage; freezing it keeps every full collection from walking it again.
+    gc.freeze()
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -82,18 +88,31 @@ class BrokerProcesses:
         return proc
 
     def wait_listening(self, timeout: float = 20.0) -> None:
-        """Wait until every broker accepts connections; StartupError if one exits."""
+        """Wait until every broker answers on its port; StartupError if one exits.
+
+        The answer must come from the process started here (its pid in `stats`), not
+        from whatever else may hold the port.
+        """
         deadline = time.monotonic() + timeout
         waiting = dict(self.procs)
         while waiting:
             for broker_id, proc in list(waiting.items()):
                 if proc.poll() is not None:
                     raise StartupError(f"broker {broker_id} exited with code {proc.returncode}")
-                if port_accepts(*self.topology.address(broker_id)):
+                if self._answers(broker_id, proc.pid):
                     del waiting[broker_id]
             if time.monotonic() > deadline:
                 raise StartupError(f"brokers {sorted(waiting)} did not start in {timeout} s")
             time.sleep(0.05)
+
+    def _answers(self, broker_id: int, pid: int) -> bool:
+        host, port = self.topology.address(broker_id)
+        if not port_accepts(host, port):
+            return False
+        try:
+            return fetch_stats(host, port, timeout=2.0)["pid"] == pid
+        except (OSError, ProtocolError, KeyError):
+            return False
 
     def failed(self) -> dict[int, int]:
         """Brokers that have exited, with their exit codes."""

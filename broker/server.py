@@ -112,11 +112,11 @@ class Link:
     # The read being handled (for traces): when it returned, how many messages.
     read_ns: int = 0
     read_batch: int = 0
+    queued: int = 0  # frames in the outgoing queue (trio's statistics() is costly)
+    node: str = ""  # how traces name the peer: a broker id, or client:NAME
 
-    @property
-    def node(self) -> str:
-        """How traces name the peer: a broker id, or client:NAME."""
-        return self.peer if self.kind == "broker" else f"client:{self.peer}"
+    def __post_init__(self) -> None:
+        self.node = self.peer if self.kind == "broker" else f"client:{self.peer}"
 
     def enqueue_nowait(self, frame: bytes) -> bool:
         """Queue `frame` without waiting; False when the queue is full."""
@@ -128,6 +128,8 @@ class Link:
             return False
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             self.closed = True
+            return True
+        self.queued += 1
         return True
 
     async def enqueue(self, frame: bytes) -> None:
@@ -138,6 +140,8 @@ class Link:
             await self.send_channel.send(frame)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             self.closed = True
+            return
+        self.queued += 1
 
 
 class Broker:
@@ -350,6 +354,7 @@ class Broker:
                         break
                 data = b"".join(batch)
                 await stream.send_all(data)
+                link.queued -= len(batch)
                 counters.messages_out += len(batch)
                 counters.bytes_out += len(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -449,35 +454,36 @@ class Broker:
         """
         t_start, cpu_start, queued = start
         cpu_end = cpu_end or time.thread_time_ns()
-        to_nodes = [out.peer for out, _ in sends if out.kind == "broker"]
-        delivered = [out.peer for out, _ in sends if out.kind == "client"]
+        to_nodes, delivered, bytes_out = [], [], 0
+        for out, frame in sends:
+            (to_nodes if out.kind == "broker" else delivered).append(out.peer)
+            bytes_out += len(frame)
+        sizes = link.conn.frame_sizes
         tracer.record(
-            event_id=event.event_id,
-            event_type=str(event.attributes.get("type", "")),
-            publisher=event.publisher,
-            from_node=link.node,
-            to_nodes=to_nodes,
-            delivered_to=delivered,
-            decision="dropped" if drop_reason else "routed",
-            drop_reason=drop_reason,
-            t_arrival_ns=link.read_ns or t_start,
-            t_start_ns=t_start,
-            t_done_ns=time.time_ns(),
-            cpu_ns=cpu_end - cpu_start,
-            batch=link.read_batch,
-            batch_index=index,
-            queue_len=queued,
-            bytes_in=link.conn.frame_sizes[index] if index < len(link.conn.frame_sizes) else 0,
-            bytes_out=sum(len(frame) for _, frame in sends),
-            filters_matched=decision.filters_matched if decision else 0,
-            subscriptions=self.router.subscription_count,
-            hops_before=len(event.path),
+            event.event_id,
+            str(event.attributes.get("type", "")),
+            event.publisher,
+            link.node,
+            tuple(to_nodes),  # tuples of str are not tracked by the garbage collector
+            tuple(delivered),
+            "dropped" if drop_reason else "routed",
+            drop_reason,
+            link.read_ns or t_start,
+            t_start,
+            time.time_ns(),
+            cpu_end - cpu_start,
+            link.read_batch,
+            index,
+            queued,
+            sizes[index] if index < len(sizes) else 0,
+            bytes_out,
+            decision.filters_matched if decision else 0,
+            self.router.subscription_count,
+            len(event.path),
         )
 
     def _queued_frames(self) -> int:
-        return sum(
-            link.send_channel.statistics().current_buffer_used for link in self.links.values()
-        )
+        return sum(link.queued for link in self.links.values())
 
     async def _perform(self, actions: list[Action]) -> None:
         for action in actions:
@@ -513,7 +519,7 @@ class Broker:
                 "bytes_out": c.bytes_out,
                 "messages_in": c.messages_in,
                 "messages_out": c.messages_out,
-                "queue_depth": link.send_channel.statistics().current_buffer_used,
+                "queue_depth": link.queued,
             }
         router = self.router.stats()
         return {

@@ -28,13 +28,12 @@ class HopRecorder:
 
     def record(
         self,
-        *,
         event_id: str,
         event_type: str,
         publisher: str,
         from_node: str,
-        to_nodes: list[str],
-        delivered_to: list[str],
+        to_nodes: tuple[str, ...],
+        delivered_to: tuple[str, ...],
         decision: str,
         drop_reason: str,
         t_arrival_ns: int,
@@ -49,7 +48,10 @@ class HopRecorder:
         filters_matched: int,
         subscriptions: int,
         hops_before: int,
+        /,
     ) -> None:
+        """One row; the arguments are the `HOPS` columns after run_id and broker, in
+        order (positional: this runs once per event)."""
         self.writer.append(
             (
                 self.run_id,
