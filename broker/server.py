@@ -459,27 +459,31 @@ class Broker:
             (to_nodes if out.kind == "broker" else delivered).append(out.peer)
             bytes_out += len(frame)
         sizes = link.conn.frame_sizes
-        tracer.record(
-            event.event_id,
-            str(event.attributes.get("type", "")),
-            event.publisher,
-            link.node,
-            tuple(to_nodes),  # tuples of str are not tracked by the garbage collector
-            tuple(delivered),
-            "dropped" if drop_reason else "routed",
-            drop_reason,
-            link.read_ns or t_start,
-            t_start,
-            time.time_ns(),
-            cpu_end - cpu_start,
-            link.read_batch,
-            index,
-            queued,
-            sizes[index] if index < len(sizes) else 0,
-            bytes_out,
-            decision.filters_matched if decision else 0,
-            self.router.subscription_count,
-            len(event.path),
+        t_arrival = link.read_ns or t_start
+        tracer.append(  # in the order of HopRecorder.columns
+            (
+                event.event_id,
+                str(event.attributes.get("type", "")),
+                event.publisher,
+                link.node,
+                tuple(to_nodes),  # tuples of str are not tracked by the garbage collector
+                tuple(delivered),
+                "dropped" if drop_reason else "routed",
+                drop_reason,
+                t_arrival,
+                t_start,
+                time.time_ns(),
+                t_start - t_arrival,
+                cpu_end - cpu_start,
+                link.read_batch,
+                index,
+                queued,
+                sizes[index] if index < len(sizes) else 0,
+                bytes_out,
+                decision.filters_matched if decision else 0,
+                self.router.subscription_count,
+                len(event.path),
+            )
         )
 
     def _queued_frames(self) -> int:

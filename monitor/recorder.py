@@ -5,15 +5,22 @@ batch when `flush_rows` rows are buffered or `flush_interval_s` has passed since
 last write; each batch is flushed to the file at once, so a process killed with
 SIGKILL loses at most its unwritten buffer, and a reader still gets every complete
 batch of a truncated file.
+
+Columns that hold one value for the whole file (`constants`, e.g. the run id and
+the broker) are not passed per row: they are filled in when a batch is built.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+
+_NUMPY_TYPES = {pa.int64(): np.int64, pa.int32(): np.int32}
 
 
 class TraceWriter:
@@ -23,40 +30,56 @@ class TraceWriter:
         self,
         path: Path,
         schema: pa.Schema,
+        constants: Mapping[str, Any] | None = None,
         flush_rows: int = 4096,
         flush_interval_s: float = 1.0,
     ) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.schema = schema
+        self.constants = dict(constants or {})
+        unknown = set(self.constants) - set(schema.names)
+        if unknown:
+            raise ValueError(f"constants for unknown columns {sorted(unknown)}")
+        #: the columns each appended row holds, in order
+        self.row_fields = [f for f in schema if f.name not in self.constants]
         self.flush_rows = flush_rows
         self.flush_interval_s = flush_interval_s
         self.rows: list[tuple[Any, ...]] = []
         self.rows_written = 0
         self._sink = pa.OSFile(str(path), "wb")
-        self._writer = pa.ipc.new_stream(self._sink, schema)
+        self._writer: pa.RecordBatchStreamWriter | None = pa.ipc.new_stream(self._sink, schema)
         # pyarrow initialises its conversions on first use (~0.5 s here): pay that now,
         # not in the middle of a measurement.
-        pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
+        self._batch([])
         self._deadline = time.monotonic() + flush_interval_s
 
     def append(self, row: tuple[Any, ...]) -> None:
-        """Buffer one row, its values in the schema's column order."""
+        """Buffer one row: the values of `row_fields`, in order."""
         self.rows.append(row)
         if len(self.rows) >= self.flush_rows or time.monotonic() >= self._deadline:
             self.flush()
+
+    def _batch(self, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+        columns = dict(zip(self.row_fields, zip(*rows, strict=True), strict=False))
+        arrays = []
+        for field in self.schema:
+            if field.name in self.constants:
+                value = pa.scalar(self.constants[field.name], type=field.type)
+                arrays.append(pa.repeat(value, len(rows)))
+            elif rows and field.type in _NUMPY_TYPES:  # ints convert fastest via numpy
+                values = np.fromiter(columns[field], _NUMPY_TYPES[field.type], len(rows))
+                arrays.append(pa.array(values, type=field.type))
+            else:
+                arrays.append(pa.array(columns.get(field, ()), type=field.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def flush(self) -> None:
         """Write the buffered rows as one record batch and push it to the file."""
         self._deadline = time.monotonic() + self.flush_interval_s
         if not self.rows or self._writer is None:
             return
-        columns = list(zip(*self.rows, strict=True))
-        arrays = [
-            pa.array(column, type=field.type)
-            for column, field in zip(columns, self.schema, strict=True)
-        ]
-        self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+        self._writer.write_batch(self._batch(self.rows))
         self._sink.flush()
         self.rows_written += len(self.rows)
         self.rows = []

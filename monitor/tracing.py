@@ -22,63 +22,24 @@ class HopRecorder:
     """One `hops` row per event a broker handled."""
 
     def __init__(self, trace_dir: Path, run_id: str, broker: str) -> None:
-        self.run_id = run_id
-        self.broker = broker
-        self.writer = TraceWriter(trace_path(trace_dir, "hops", f"broker{broker}"), HOPS)
-
-    def record(
-        self,
-        event_id: str,
-        event_type: str,
-        publisher: str,
-        from_node: str,
-        to_nodes: tuple[str, ...],
-        delivered_to: tuple[str, ...],
-        decision: str,
-        drop_reason: str,
-        t_arrival_ns: int,
-        t_start_ns: int,
-        t_done_ns: int,
-        cpu_ns: int,
-        batch: int,
-        batch_index: int,
-        queue_len: int,
-        bytes_in: int,
-        bytes_out: int,
-        filters_matched: int,
-        subscriptions: int,
-        hops_before: int,
-        /,
-    ) -> None:
-        """One row; the arguments are the `HOPS` columns after run_id and broker, in
-        order (positional: this runs once per event)."""
-        self.writer.append(
-            (
-                self.run_id,
-                event_id,
-                event_type,
-                publisher,
-                self.broker,
-                from_node,
-                to_nodes,
-                delivered_to,
-                decision,
-                drop_reason,
-                t_arrival_ns,
-                t_start_ns,
-                t_done_ns,
-                t_start_ns - t_arrival_ns,
-                cpu_ns,
-                batch,
-                batch_index,
-                queue_len,
-                bytes_in,
-                bytes_out,
-                filters_matched,
-                subscriptions,
-                hops_before,
-            )
+        self.writer = TraceWriter(
+            trace_path(trace_dir, "hops", f"broker{broker}"),
+            HOPS,
+            constants={"run_id": run_id, "broker": broker},
         )
+
+    @property
+    def columns(self) -> list[str]:
+        """The values each row holds, in order: the `HOPS` columns but run_id and broker."""
+        return [f.name for f in self.writer.row_fields]
+
+    def append(self, row: tuple[Any, ...]) -> None:
+        """Buffer one row (see `columns`). The size check is here; the time-based flush
+        is the caller's periodic `flush`, so the per-event cost is one list append."""
+        rows = self.writer.rows
+        rows.append(row)
+        if len(rows) >= self.writer.flush_rows:
+            self.writer.flush()
 
     def flush(self) -> None:
         self.writer.flush()
@@ -108,9 +69,13 @@ class ClientRecorder:
     """Publication and delivery rows of the clients driven by one replay process."""
 
     def __init__(self, trace_dir: Path, run_id: str, owner: str = "clients") -> None:
-        self.run_id = run_id
-        self.publications = TraceWriter(trace_path(trace_dir, "publications", owner), PUBLICATIONS)
-        self.deliveries = TraceWriter(trace_path(trace_dir, "deliveries", owner), DELIVERIES)
+        run = {"run_id": run_id}
+        self.publications = TraceWriter(
+            trace_path(trace_dir, "publications", owner), PUBLICATIONS, constants=run
+        )
+        self.deliveries = TraceWriter(
+            trace_path(trace_dir, "deliveries", owner), DELIVERIES, constants=run
+        )
 
     def published(
         self,
@@ -123,7 +88,6 @@ class ClientRecorder:
     ) -> None:
         self.publications.append(
             (
-                self.run_id,
                 event_id,
                 publisher,
                 broker,
@@ -147,7 +111,6 @@ class ClientRecorder:
     ) -> None:
         self.deliveries.append(
             (
-                self.run_id,
                 event_id,
                 publisher,
                 subscriber,

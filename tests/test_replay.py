@@ -102,6 +102,10 @@ def test_replay_traces_show_every_routing_decision(tmp_path: Path, routing: str)
         hops_by_event[row["event_id"]].append(row)
         assert row["decision"] == "routed"
         assert row["t_arrival_ns"] <= row["t_start_ns"] <= row["t_done_ns"]
+        assert row["wait_ns"] == row["t_start_ns"] - row["t_arrival_ns"]
+        assert row["run_id"] == manifest["run_id"] and row["event_type"] == "callForOffers"
+        assert row["publisher"].startswith("pub") and row["hops_before"] >= 0
+        assert row["bytes_out"] >= 0 and row["filters_matched"] >= len(row["delivered_to"])
         assert row["cpu_ns"] > 0 and row["bytes_in"] > 0
     delivered = Counter((d["event_id"], d["subscriber"]) for d in deliveries)
     for pub in publications:
