@@ -324,6 +324,10 @@ class Router:
 
     # -- introspection ----------------------------------------------------------------
 
+    @property
+    def subscription_count(self) -> int:
+        return len(self._subscriptions)
+
     def subscriptions(self) -> Iterable[tuple[SubKey, Filter]]:
         return self._subscriptions.items()
 
