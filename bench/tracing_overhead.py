@@ -9,7 +9,6 @@ most 5 %. Run: ``python -m bench.tracing_overhead``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -21,16 +20,11 @@ import trio
 import client
 from bench.common import median, write_result
 from broker.process import BrokerProcesses
+from monitor.replay import process_cpu_s
 from tests.network import free_base_port
 from topologies.generators import chain, to_toml
 
 PAYLOAD = b"x" * 100  # with the other attributes, frames of about 150 bytes
-
-
-def broker_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def drive(address: tuple[str, int], events: int) -> float:
@@ -67,9 +61,9 @@ def run_once(tracing: bool, events: int, workdir: Path) -> dict[str, float]:
     try:
         procs.wait_listening()
         pid = procs.procs[1].pid
-        cpu_before = broker_cpu_s(pid)
+        cpu_before = process_cpu_s(pid)
         elapsed = trio.run(drive, topology.address(1), events)
-        cpu = broker_cpu_s(pid) - cpu_before
+        cpu = process_cpu_s(pid) - cpu_before
     finally:
         procs.stop()
     return {"events_per_s": events / elapsed, "broker_cpu_us_per_event": cpu / events * 1e6}

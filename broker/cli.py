@@ -198,6 +198,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             duration_s=args.duration,
             warmup_s=args.warmup,
             quiet=args.quiet,
+            rate_scale=args.rate_scale,
         )
     except (ReplayError, TraceError) as exc:
         print(f"hop replay: {exc}", file=sys.stderr)
@@ -252,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, help="measurement seconds (default: the file's)")
     p.add_argument("--warmup", type=float, help="warm-up seconds (default: the file's)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--rate-scale", type=float, default=1.0, help="multiply every rate")
     p.set_defaults(func=cmd_replay)
 
     p = command("sub", "subscribe and print events as JSON lines")

@@ -51,6 +51,10 @@ class Phases:
     measure_start_ns: int = 0
     measure_end_ns: int = 0
     drain_end_ns: int = 0
+    # CPU seconds used in the measurement window, per broker process ("1", "2", ...)
+    # and by this process driving the clients ("clients"): the whole cost of each
+    # process, where hop rows' cpu_ns covers only the routing of each event.
+    cpu_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -86,15 +90,21 @@ def replay(
     duration_s: float | None = None,
     warmup_s: float | None = None,
     quiet: bool = False,
+    rate_scale: float = 1.0,
 ) -> ReplayResult:
-    """Run the case study in `study_file` and leave traces and a manifest in `run_dir`."""
+    """Run the case study in `study_file` and leave traces and a manifest in `run_dir`.
+
+    `rate_scale` multiplies every publisher's rate (after the scenario's).
+    """
     study = load_case_study(study_file, filter_parser=parse_filter)
     workload = study.workload or Workload()
     if duration_s is not None:
         workload = replace(workload, duration_s=duration_s)
     if warmup_s is not None:
         workload = replace(workload, warmup_s=warmup_s)
-    rates = study.rates_for(scenario)
+    if rate_scale <= 0:
+        raise ReplayError(f"rate scale must be positive, got {rate_scale}")
+    rates = {p: r * rate_scale for p, r in study.rates_for(scenario).items()}
     traces = run_dir / "traces"
     if traces.exists() and any(traces.iterdir()):
         raise ReplayError(f"{run_dir} already holds traces; choose an empty --out folder")
@@ -107,7 +117,8 @@ def replay(
         procs.start(log_dir=run_dir / "logs")
         procs.wait_listening()
         _wait_linked(study)
-        phases = trio.run(_drive, study, workload, rates, traces, run_id, quiet)
+        pids = {str(b): p.pid for b, p in procs.procs.items()}
+        phases = trio.run(_drive, study, workload, rates, traces, run_id, quiet, pids)
     finally:
         codes = procs.stop()
     failed = {b: c for b, c in codes.items() if c != 0}
@@ -137,6 +148,7 @@ async def _drive(
     traces: Path,
     run_id: str,
     quiet: bool,
+    pids: dict[str, int],
 ) -> Phases:
     recorder = ClientRecorder(traces, run_id)
     topology = study.topology
@@ -169,6 +181,7 @@ async def _drive(
                         _publish, c, str(spec.broker), generator, stop_at, recorder, published
                     )
                 publishing.start_soon(_progress, workload, published, delivered, quiet)
+                publishing.start_soon(_measure_cpu, workload, pids, phases.cpu_s)
             for c, _, _ in publishers:
                 await c.flush()
             await _drain(workload.drain_s, delivered)
@@ -229,6 +242,27 @@ async def _record(
             d.t_deliver_ns,
         )
         delivered[0] += 1
+
+
+async def _measure_cpu(workload: Workload, pids: dict[str, int], out: dict[str, float]) -> None:
+    """CPU seconds each process spends in the measurement window."""
+    await trio.sleep(workload.warmup_s)
+    before = _cpu_seconds(pids)
+    await trio.sleep(workload.duration_s)
+    after = _cpu_seconds(pids)
+    out.update({name: round(after[name] - before[name], 4) for name in before})
+
+
+def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    out = {name: process_cpu_s(pid) for name, pid in pids.items()}
+    out["clients"] = time.process_time()
+    return out
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _drain(drain_s: float, delivered: list[int]) -> None:
