@@ -216,6 +216,52 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from monitor.analysis import analyze
+
+    summary = analyze(Path(args.run_dir), master=args.master, window=args.window)
+    print(json.dumps(summary, indent=2, default=str))
+    return EXIT_OK
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from monitor.predict import METHODS, predict
+
+    methods = METHODS if args.method == "all" else (args.method,)
+    workload = Path(args.workload) if args.workload else None
+    summary = predict(Path(args.run_dir), workload, args.scenario, args.rate_scale, methods)
+    print(json.dumps(summary, indent=2, default=str))
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from monitor.report import render
+
+    html_path, md_path, sentence = render(Path(args.run_dir))
+    print(sentence)
+    print(f"{html_path}\n{md_path}")
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from monitor.validate import validate
+
+    result = validate(
+        Path(args.file),
+        Path(args.out),
+        scenario=args.scenario,
+        duration_s=args.duration,
+        quick=args.quick,
+        load_scale=args.load_scale,
+        calibration_fraction=args.calibration_fraction,
+        master=args.master,
+        quiet=args.quiet,
+    )
+    print(result.summary)
+    print(f"report: {result.report_html} ({result.seconds:.0f} s)")
+    return EXIT_OK
+
+
 # -- parser -----------------------------------------------------------------------------
 
 
@@ -255,6 +301,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiply every rate")
     p.set_defaults(func=cmd_replay)
+
+    p = command("analyze", "Spark jobs over RUN_DIR's traces -> RUN_DIR/analysis/")
+    p.add_argument("run_dir")
+    p.add_argument("--master", help="Spark master URL (default: local[*])")
+    p.add_argument("--window", choices=["measure", "all"], default="measure")
+    p.set_defaults(func=cmd_analyze)
+
+    p = command("predict", "model predictions for RUN_DIR -> RUN_DIR/analysis/")
+    p.add_argument("run_dir")
+    p.add_argument("--workload", help="case-study file with the target rates")
+    p.add_argument("--scenario", help="scenario of the workload file")
+    p.add_argument("--rate-scale", type=float, default=1.0, help="multiply every target rate")
+    p.add_argument("--method", choices=["mm1", "mm1-ps", "sim", "all"], default="all")
+    p.set_defaults(func=cmd_predict)
+
+    p = command("report", "RUN_DIR/report.html and report.md")
+    p.add_argument("run_dir")
+    p.set_defaults(func=cmd_report)
+
+    p = command("validate", "replay + analyze + predict + report")
+    p.add_argument("file", help="a case-study file")
+    p.add_argument("--out", required=True, help="RUN_DIR")
+    p.add_argument("--scenario")
+    p.add_argument("--duration", type=float, help="measured seconds of each replay")
+    p.add_argument("--quick", action="store_true", help="short phases (a smoke run)")
+    p.add_argument("--load-scale", type=float, default=1.0, help="multiply the target rates")
+    p.add_argument(
+        "--calibration-fraction",
+        type=float,
+        default=0.3,
+        help="calibration load as a fraction of the target (default 0.3)",
+    )
+    p.add_argument("--master", help="Spark master URL (default: local[*])")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_validate)
 
     p = command("sub", "subscribe and print events as JSON lines")
     p.add_argument("address", help="HOST:PORT of a broker")

@@ -1,0 +1,191 @@
+"""What the performance model needs from one characterization run, read from its
+traces and manifest (the measurement window only).
+
+Everything here stays constant when only the publication rates change (thesis
+4.1: the workload is characterized once, rates are the model's input):
+
+* per broker, the service demand of one event. The hop rows' ``cpu_ns`` covers
+  only routing; the broker process also spends CPU reading, decoding, writing and
+  in trio's scheduler. Measured here on tree7 at ~90 events/s the whole process
+  used about five times the routing CPU per event. The model needs the whole
+  demand, so each broker's samples are ``cpu_ns`` plus the broker's unattributed
+  CPU per event (process CPU in the window / events, minus mean ``cpu_ns``): an
+  additive constant, since that overhead does not grow with the routing work;
+* the dissemination trees of each publisher, with the subscribers each tree
+  delivers to at each broker, and their frequencies;
+* the delays that are not CPU queues: broker-to-broker links (done at one broker
+  to arrival at the next), publish (client hand-over to arrival at the home
+  broker) and delivery (done at the last broker to the subscriber's receipt);
+* the CPU the client process spends per event (a background load on the host).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from monitor.traces import read_table
+
+Tree = tuple[tuple[tuple[str, str], ...], tuple[tuple[str, tuple[str, ...]], ...]]
+"""(sorted (from, to) edges, sorted (broker, subscribers delivered there))."""
+
+
+@dataclass
+class Characterization:
+    run_dir: Path
+    manifest: dict[str, Any]
+    brokers: list[str]
+    service_ns: dict[str, np.ndarray]
+    service_by_fanout: dict[str, dict[int, np.ndarray]]
+    overhead_ns: dict[str, float]
+    home: dict[str, str]  # publisher -> its broker
+    trees: dict[str, list[tuple[float, Tree]]]  # publisher -> (share, tree)
+    link_delay_ns: np.ndarray
+    publish_delay_ns: np.ndarray
+    deliver_delay_ns: np.ndarray
+    client_cpu_per_event_s: float  # client process CPU per publication (with its deliveries)
+    rates: dict[str, float]  # measured publications per second, per publisher
+    cores: int
+    window_s: float
+    problems: list[str] = field(default_factory=list)
+
+
+def characterize(run_dir: Path) -> Characterization:
+    """Read RUN_DIR's traces and manifest into model inputs."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    phases = manifest["phases"]
+    lo, hi = phases["measure_start_ns"], phases["measure_end_ns"]
+    window_s = (hi - lo) / 1e9
+    hops_read = read_table(run_dir, "hops")
+    hops = hops_read.table.to_pandas()
+    pubs = read_table(run_dir, "publications").table.to_pandas()
+    dels = read_table(run_dir, "deliveries").table.to_pandas()
+    # Events published inside the window, followed wherever they went.
+    in_window = set(pubs.loc[pubs["t_publish_ns"].between(lo, hi), "event_id"])
+    hops = hops[hops["event_id"].isin(in_window)]
+    dels = dels[dels["event_id"].isin(in_window)]
+    pubs = pubs[pubs["event_id"].isin(in_window)]
+    if hops.empty:
+        raise ValueError(f"{run_dir}: no events were published in the measurement window")
+
+    hops = hops.assign(fanout=hops["to_nodes"].map(len) + hops["delivered_to"].map(len))
+    brokers = sorted(hops["broker"].unique(), key=int)
+    cpu_s = phases.get("cpu_s", {})
+    service, by_fanout, overhead = {}, {}, {}
+    for broker, rows in hops.groupby("broker"):
+        routing = rows["cpu_ns"].to_numpy(dtype=float)
+        # Every hop row with t_arrival in the window was paid for in the window.
+        arrived = rows["t_arrival_ns"].between(lo, hi).sum()
+        total = cpu_s.get(broker)
+        extra = 0.0
+        if total is not None and arrived:
+            extra = max(0.0, total * 1e9 / arrived - routing.mean())
+        overhead[broker] = extra
+        service[broker] = routing + extra
+        by_fanout[broker] = {
+            int(k): g["cpu_ns"].to_numpy(dtype=float) + extra for k, g in rows.groupby("fanout")
+        }
+
+    home_rows = hops[hops["from_node"].str.startswith("client:")]
+    home = dict(zip(home_rows["publisher"], home_rows["broker"], strict=False))
+    trees = _trees(hops)
+    hidden = _hidden_ns(hops, overhead)
+    link, publish, deliver = _delays(hops, home_rows, pubs, dels, hidden)
+    rates = (pubs.groupby("publisher").size() / window_s).to_dict()
+    return Characterization(
+        run_dir=run_dir,
+        manifest=manifest,
+        brokers=brokers,
+        service_ns=service,
+        service_by_fanout=by_fanout,
+        overhead_ns=overhead,
+        home=home,
+        trees=trees,
+        link_delay_ns=link,
+        publish_delay_ns=publish,
+        deliver_delay_ns=deliver,
+        client_cpu_per_event_s=cpu_s.get("clients", 0.0) / max(1, len(pubs)),
+        rates=rates,
+        cores=int(manifest["host"]["cores"]),
+        window_s=window_s,
+        problems=hops_read.problems,
+    )
+
+
+def _trees(hops: pd.DataFrame) -> dict[str, list[tuple[float, Tree]]]:
+    """Per publisher, the distinct (edges, deliveries) of its events, with shares."""
+    per_publisher: dict[str, Counter[Tree]] = defaultdict(Counter)
+    columns = hops[["event_id", "publisher", "broker", "from_node", "delivered_to"]]
+    for (publisher, _), rows in columns.groupby(["publisher", "event_id"], sort=False):
+        edges = tuple(
+            sorted(
+                (f, b)
+                for f, b in zip(rows["from_node"], rows["broker"], strict=True)
+                if not f.startswith("client:")
+            )
+        )
+        deliveries = tuple(
+            sorted(
+                (b, tuple(sorted(d)))
+                for b, d in zip(rows["broker"], rows["delivered_to"], strict=True)
+                if len(d)
+            )
+        )
+        per_publisher[publisher][(edges, deliveries)] += 1
+    out = {}
+    for publisher, counter in per_publisher.items():
+        total = sum(counter.values())
+        out[publisher] = [(n / total, tree) for tree, n in counter.most_common()]
+    return out
+
+
+def _hidden_ns(hops: pd.DataFrame, overhead: dict[str, float]) -> dict[str, float]:
+    """Per broker, the part of its unattributed CPU that the traces show as link time.
+
+    The model serves each event for its whole demand (routing + overhead), but the
+    traced time at a broker (arrival to done) holds only decoding (wait_ns) and
+    routing; the rest of the overhead (waking up, reading the socket, writing)
+    falls between one broker's done and the next one's arrival. Subtracting it
+    from those delays keeps the model's latency at the measured load equal to the
+    measurement, instead of counting that CPU twice.
+    """
+    traced = (hops["t_done_ns"] - hops["t_start_ns"] - hops["cpu_ns"]).clip(lower=0)
+    inside = (hops["wait_ns"] + traced).groupby(hops["broker"]).mean()
+    return {b: max(0.0, extra - float(inside.get(b, 0.0))) for b, extra in overhead.items()}
+
+
+def _delays(
+    hops: pd.DataFrame,
+    home_rows: pd.DataFrame,
+    pubs: pd.DataFrame,
+    dels: pd.DataFrame,
+    hidden: dict[str, float],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    done = hops.set_index(["event_id", "broker"])["t_done_ns"]
+    forwarded = hops[~hops["from_node"].str.startswith("client:")]
+    sent = done.reindex(list(zip(forwarded["event_id"], forwarded["from_node"], strict=True)))
+    link = forwarded["t_arrival_ns"].to_numpy() - sent.to_numpy()
+    link = link - forwarded["broker"].map(hidden).to_numpy()
+    published = pubs.set_index("event_id")["t_publish_ns"]
+    publish = (
+        home_rows["t_arrival_ns"].to_numpy() - published.reindex(home_rows["event_id"]).to_numpy()
+    )
+    publish = publish - home_rows["broker"].map(hidden).to_numpy()
+    last = done.reindex(list(zip(dels["event_id"], dels["broker"], strict=True))).to_numpy()
+    deliver = dels["t_deliver_ns"].to_numpy() - last
+    return (
+        _clean(link),
+        _clean(publish),
+        _clean(deliver),
+    )
+
+
+def _clean(values: np.ndarray) -> np.ndarray:
+    values = values[~np.isnan(values.astype(float))]
+    return np.maximum(values.astype(float), 0.0)

@@ -1,0 +1,232 @@
+"""`hop predict`: per-broker throughput/utilization/response and per-pair latency for a
+target workload, from one characterization run.
+
+The network model is built from `monitor.characterize` (service demands, trees,
+delays measured in the run) and the target rates (a case-study file and scenario,
+or the run's own rates); only the rates differ between the characterization and
+the prediction. Methods: ``mm1`` (the thesis' operational analysis), ``mm1-ps``
+(the same with the host's cores shared by processor sharing) and ``sim``
+(discrete-event simulation). Output: RUN_DIR/analysis/predictions.parquet, one row
+per (kind, entity, metric, method), and simulated_latency.parquet (samples).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from monitor.characterize import Characterization, characterize
+from monitor.model.network import EventClass, Host, Network, Station, Tree
+from monitor.model.operational import analyze as operational
+from monitor.model.simulation import simulate
+from monitor.replay import publisher_name
+from topologies import load_case_study
+
+METHODS = ("mm1", "mm1-ps", "sim")
+PREDICTIONS = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("entity", pa.string()),
+        ("metric", pa.string()),
+        ("method", pa.string()),
+        ("predicted", pa.float64()),
+        ("ci_low", pa.float64()),
+        ("ci_high", pa.float64()),
+        ("measured", pa.float64()),
+        ("rel_error", pa.float64()),
+    ]
+)
+
+
+@dataclass
+class Target:
+    """The workload to predict: rate and arrival process per publisher."""
+
+    rates: dict[str, float]
+    arrivals: dict[str, str]
+    same_as_run: bool
+
+
+def target_workload(
+    char: Characterization,
+    study_file: Path | None,
+    scenario: str | None,
+    rate_scale: float = 1.0,
+) -> Target:
+    """The target rates: from `study_file` (+ scenario), else the run's own rates."""
+    run_rates = {k: float(v) for k, v in char.manifest["rates"].items()}
+    study_path = study_file or char.run_dir / "case_study.toml"
+    study = load_case_study(study_path)
+    arrivals = {publisher_name(p.id): p.arrival for p in study.publishers.values()}
+    if study_file is None and scenario is None and rate_scale == 1.0:
+        rates = {publisher_name(int(k)): v for k, v in run_rates.items()}
+        return Target(rates, arrivals, same_as_run=True)
+    raw = study.rates_for(scenario)
+    rates = {publisher_name(k): v * rate_scale for k, v in raw.items()}
+    same = all(
+        abs(rates[publisher_name(int(k))] - v) < 1e-9 * max(1.0, v) for k, v in run_rates.items()
+    )
+    return Target(rates, arrivals, same_as_run=same)
+
+
+def build_network(char: Characterization, target: Target) -> Network:
+    """The model of the characterized network under the target rates."""
+    total_rate = sum(target.rates.values())
+    background = min(char.client_cpu_per_event_s * total_rate, 0.9 * char.cores)
+    host = Host("host", cores=float(char.cores), background=background)
+    stations = [
+        Station(b, "host", char.service_ns[b], char.service_by_fanout[b]) for b in char.brokers
+    ]
+    classes = []
+    for publisher, trees in sorted(char.trees.items()):
+        model_trees = []
+        for share, (edges, deliveries) in trees:
+            children: dict[str, list[str]] = {}
+            for parent, child in edges:
+                children.setdefault(parent, []).append(child)
+            tree = Tree(char.home[publisher], children, {b: list(s) for b, s in deliveries})
+            model_trees.append((share, tree))
+        rate = target.rates.get(publisher, 0.0)
+        classes.append(
+            EventClass(publisher, rate, target.arrivals.get(publisher, "poisson"), model_trees)
+        )
+    return Network(
+        stations,
+        [host],
+        classes,
+        link_delay_ns=char.link_delay_ns,
+        publish_delay_ns=char.publish_delay_ns,
+        deliver_delay_ns=char.deliver_delay_ns,
+    )
+
+
+def measured_values(char: Characterization) -> dict[tuple[str, str, str], float]:
+    """The run's own per-broker throughput and per-pair mean latency (window only)."""
+    from monitor.traces import read_table
+
+    phases = char.manifest["phases"]
+    lo, hi = phases["measure_start_ns"], phases["measure_end_ns"]
+    hops = read_table(char.run_dir, "hops").table.select(["broker", "t_arrival_ns"]).to_pandas()
+    hops = hops[hops["t_arrival_ns"].between(lo, hi)]
+    out: dict[tuple[str, str, str], float] = {}
+    for broker, n in hops.groupby("broker").size().items():
+        out[("broker", broker, "throughput")] = n / char.window_s
+    dels = read_table(char.run_dir, "deliveries").table.to_pandas()
+    dels = dels[dels["t_publish_ns"].between(lo, hi)]
+    latency = (dels["t_deliver_ns"] - dels["t_publish_ns"]) / 1e6
+    for (pub, sub), mean in latency.groupby([dels["publisher"], dels["subscriber"]]).mean().items():
+        out[("pair", f"{pub}>{sub}", "latency_ms")] = float(mean)
+    return out
+
+
+def predict(
+    run_dir: Path,
+    study_file: Path | None = None,
+    scenario: str | None = None,
+    rate_scale: float = 1.0,
+    methods: tuple[str, ...] = METHODS,
+    seed: int = 1,
+    max_wall_s: float = 20.0,
+) -> dict[str, Any]:
+    """Write RUN_DIR/analysis/predictions.parquet; return a summary."""
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        raise ValueError(f"unknown methods {sorted(unknown)}; use {METHODS}")
+    char = characterize(run_dir)
+    target = target_workload(char, study_file, scenario, rate_scale)
+    network = build_network(char, target)
+    rows: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {"target_rates": target.rates, "methods": {}}
+    for method in methods:
+        if method == "sim":
+            result = simulate(network, seed=seed, max_wall_s=max_wall_s)
+            _write_samples(run_dir, result)
+        else:
+            result = operational(network, method=method)
+        rows += _rows(result, method)
+        summary["methods"][method] = {
+            "bottleneck": result.bottleneck,
+            "saturated_hosts": list(result.saturated_hosts),
+        }
+    if target.same_as_run:
+        measured = measured_values(char)
+        for row in rows:
+            value = measured.get((row["kind"], row["entity"], row["metric"]))
+            if value is not None:
+                row["measured"] = value
+                row["rel_error"] = (row["predicted"] - value) / value if value else None
+    table = pa.Table.from_pylist(
+        [{name: row.get(name) for name in PREDICTIONS.names} for row in rows], schema=PREDICTIONS
+    )
+    out = run_dir / "analysis"
+    out.mkdir(exist_ok=True)
+    pq.write_table(table, out / "predictions.parquet")
+    (out / "predictions_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    summary["rows"] = table.num_rows
+    return summary
+
+
+def _rows(result: Any, method: str) -> list[dict[str, Any]]:
+    """Prediction rows; CIs (simulation only) from its 95 % half-widths."""
+    rows = []
+    for name, m in result.stations.items():
+        for metric, value, half, scale in (
+            ("throughput", m.throughput, getattr(m, "throughput_ci", None), 1.0),
+            ("utilization", m.utilization, getattr(m, "utilization_ci", None), 1.0),
+            ("response_ms", m.response_ns, getattr(m, "response_ci_ns", None), 1e-6),
+        ):
+            rows.append(_row("broker", name, metric, method, value * scale, half, scale))
+    halves = getattr(result, "latency_ci_ns", {})
+    for (cls, subscriber), value in result.latency_ns.items():
+        entity = f"{cls}>{subscriber}"
+        rows.append(
+            _row(
+                "pair",
+                entity,
+                "latency_ms",
+                method,
+                value * 1e-6,
+                halves.get((cls, subscriber)),
+                1e-6,
+            )
+        )
+    return rows
+
+
+def _row(
+    kind: str, entity: str, metric: str, method: str, value: float, half: float | None, scale: float
+) -> dict[str, Any]:
+    finite = value if np.isfinite(value) else None
+    ci = half is not None and finite is not None and np.isfinite(half)
+    return {
+        "kind": kind,
+        "entity": entity,
+        "metric": metric,
+        "method": method,
+        "predicted": finite,
+        "ci_low": finite - half * scale if ci else None,
+        "ci_high": finite + half * scale if ci else None,
+    }
+
+
+def _write_samples(run_dir: Path, result: Any) -> None:
+    samples = getattr(result, "latency_samples_ns", None)
+    if not samples:
+        return
+    frames = [
+        pd.DataFrame({"publisher": cls, "subscriber": sub, "latency_ms": np.asarray(v) / 1e6})
+        for (cls, sub), v in samples.items()
+    ]
+    out = run_dir / "analysis"
+    out.mkdir(exist_ok=True)
+    pq.write_table(
+        pa.Table.from_pandas(pd.concat(frames), preserve_index=False),
+        out / "simulated_latency.parquet",
+    )

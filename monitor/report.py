@@ -1,0 +1,498 @@
+"""`hop report`: prediction beside measurement, as the thesis' Tables 6.1 and 6.2.
+
+Input is either a `hop validate` folder (``calibration/`` characterized at low load
+and holding the predictions for the target workload, ``measurement/`` replayed
+at the target workload) or a single replay folder (its characterization alone,
+and its own predictions if `hop predict` ran on it). Output: ``report.html``
+(self-contained: figures are inline PNGs, styles inline, nothing fetched) and
+``report.md`` with the same tables.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from monitor.traces import read_table
+
+THESIS = {  # worst relative errors of the thesis' Tables 6.1/6.2 (reference/README.md)
+    "throughput": {"s1": 1.95, "s2": 0.81},
+    "latency": {"s1": 5.7, "s2": 12.7},
+}
+TABLES = ("routing_probabilities", "visit_ratios", "paths", "trees", "brokers", "latency")
+
+
+class ReportError(ValueError):
+    """The folder cannot be reported on (no manifest, no analysis)."""
+
+
+@dataclass
+class Run:
+    """One replay folder: its manifest and its analysis tables."""
+
+    path: Path
+    manifest: dict[str, Any]
+    tables: dict[str, pd.DataFrame]
+    predictions: pd.DataFrame | None
+
+    @classmethod
+    def load(cls, path: Path) -> Run:
+        manifest_path = path / "manifest.json"
+        if not manifest_path.exists():
+            raise ReportError(f"{path}: no manifest.json (not a replay folder)")
+        analysis = path / "analysis"
+        tables = {}
+        for name in TABLES:
+            table_path = analysis / f"{name}.parquet"
+            if not table_path.exists():
+                raise ReportError(f"{table_path} is missing: run `hop analyze {path}` first")
+            tables[name] = pq.read_table(table_path).to_pandas()
+        predictions_path = analysis / "predictions.parquet"
+        predictions = (
+            pq.read_table(predictions_path).to_pandas() if predictions_path.exists() else None
+        )
+        return cls(path, json.loads(manifest_path.read_text()), tables, predictions)
+
+    def brokers(self) -> pd.DataFrame:
+        """Per-broker totals over event types."""
+        b = self.tables["brokers"].copy()
+        b["broker"] = b["broker"].astype(str)
+        grouped = b.groupby("broker", as_index=False).agg(
+            throughput=("throughput", "sum"),
+            utilization=("utilization", "sum"),
+            cpu_mean_ns=("cpu_mean_ns", "mean"),
+        )
+        return grouped.sort_values("broker", key=lambda s: s.astype(int))
+
+    def latency(self) -> pd.DataFrame:
+        return self.tables["latency"]
+
+
+@dataclass
+class Comparison:
+    """Rows of prediction beside measurement, and the worst/mean errors."""
+
+    throughput: pd.DataFrame
+    latency: pd.DataFrame
+    chosen_subscriber: str | None
+    summary: dict[str, float] = field(default_factory=dict)
+
+
+def _predicted(predictions: pd.DataFrame, kind: str, metric: str, method: str) -> pd.DataFrame:
+    p = predictions[
+        (predictions["kind"] == kind)
+        & (predictions["metric"] == metric)
+        & (predictions["method"] == method)
+    ]
+    return p[["entity", "predicted", "ci_low", "ci_high"]]
+
+
+def compare(predictions: pd.DataFrame, measured: Run) -> Comparison:
+    """Join predictions with the measured run's tables."""
+    m_brokers = measured.brokers()
+    throughput = m_brokers[["broker", "throughput"]].rename(columns={"throughput": "measured"})
+    methods = sorted(predictions["method"].unique())
+    for method in methods:
+        p = _predicted(predictions, "broker", "throughput", method).rename(
+            columns={"entity": "broker", "predicted": method}
+        )[["broker", method]]
+        throughput = throughput.merge(p, on="broker", how="left")
+        throughput[f"{method}_err_%"] = _rel_error(throughput[method], throughput["measured"])
+    lat = measured.latency().copy()
+    lat["entity"] = lat["publisher"] + ">" + lat["subscriber"]
+    latency = lat[["publisher", "subscriber", "entity", "deliveries", "mean_ms", "hops"]].rename(
+        columns={"mean_ms": "measured"}
+    )
+    for method in methods:
+        p = _predicted(predictions, "pair", "latency_ms", method).rename(
+            columns={
+                "predicted": method,
+                "ci_low": f"{method}_ci_low",
+                "ci_high": f"{method}_ci_high",
+            }
+        )
+        latency = latency.merge(p, on="entity", how="left")
+        latency[f"{method}_err_%"] = _rel_error(latency[method], latency["measured"])
+    comparison = Comparison(throughput, latency, _chosen_subscriber(latency))
+    for method in methods:
+        for name, frame in (("throughput", throughput), ("latency", latency)):
+            errors = frame[f"{method}_err_%"].abs().dropna()
+            if len(errors):
+                comparison.summary[f"{name}_{method}_worst"] = float(errors.max())
+                comparison.summary[f"{name}_{method}_mean"] = float(errors.mean())
+    return comparison
+
+
+def _rel_error(predicted: pd.Series, measured: pd.Series) -> pd.Series:
+    return (predicted - measured) / measured * 100.0
+
+
+def _chosen_subscriber(latency: pd.DataFrame) -> str | None:
+    """The subscriber that hears from the most publishers (ties: by name), for the
+    Table 6.2 view; the thesis used 'a randomly selected subscriber'."""
+    if latency.empty:
+        return None
+    counts = latency.groupby("subscriber")["publisher"].nunique()
+    best = counts[counts == counts.max()].index
+    return sorted(best, key=_natural)[0]
+
+
+def _natural(name: str) -> tuple[str, int]:
+    digits = "".join(c for c in name if c.isdigit())
+    return (name.rstrip("0123456789"), int(digits) if digits else 0)
+
+
+# -- figures ------------------------------------------------------------------------------
+
+
+def _figure(size: tuple[float, float]) -> tuple[Figure, Axes]:
+    """A figure without pyplot (no global state, no GUI backend)."""
+    fig = Figure(figsize=size)
+    return fig, fig.subplots()
+
+
+def _png(fig: Figure) -> str:
+    """A figure as an inline `data:` URI (the page must work offline)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=96, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def figure_topology(run: Run) -> str:
+    """The broker tree, each broker labelled with measured throughput and utilization."""
+    parents = _parents(run)
+    depth: dict[str, int] = {}
+    for b in parents:
+        d, p = 0, parents[b]
+        while p is not None:
+            d, p = d + 1, parents[p]
+        depth[b] = d
+    levels: dict[int, list[str]] = {}
+    for b in sorted(parents, key=_natural):
+        levels.setdefault(depth[b], []).append(b)
+    pos = {}
+    for d, names in levels.items():
+        for i, b in enumerate(names):
+            pos[b] = ((i + 0.5) / len(names), -d)
+    metrics = run.brokers().set_index("broker")
+    fig, ax = _figure((11, 1.6 * (len(levels) + 0.5)))
+    for b, p in parents.items():
+        if p is not None:
+            ax.plot([pos[b][0], pos[p][0]], [pos[b][1], pos[p][1]], color="#888", zorder=1)
+    for b, (x, y) in pos.items():
+        label = f"broker {b}"
+        if b in metrics.index:
+            row = metrics.loc[b]
+            label += f"\n{row['throughput']:.1f}/s\nU={row['utilization'] * 100:.1f}%"
+        ax.text(
+            x,
+            y,
+            label,
+            ha="center",
+            va="center",
+            fontsize=8,
+            zorder=2,
+            bbox={"boxstyle": "round", "fc": "#eef4ff", "ec": "#3366aa"},
+        )
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_ylim(-len(levels) + 0.4, 0.6)
+    ax.axis("off")
+    return _png(fig)
+
+
+def _parents(run: Run) -> dict[str, str | None]:
+    study = tomllib.loads((run.path / "case_study.toml").read_text())
+    return {str(b["id"]): (str(b["parent"]) if "parent" in b else None) for b in study["brokers"]}
+
+
+def figure_routing_heatmap(run: Run) -> str:
+    """Routing probabilities over all classes: forwards i->j / arrivals at i."""
+    rp = run.tables["routing_probabilities"]
+    grouped = rp.groupby(["from_broker", "to_broker"], as_index=False)[
+        ["forwarded", "arrived"]
+    ].sum()
+    names = sorted(set(grouped["from_broker"]) | set(grouped["to_broker"]), key=_natural)
+    index = {b: i for i, b in enumerate(names)}
+    matrix = np.full((len(names), len(names)), np.nan)
+    for row in grouped.itertuples():
+        matrix[index[row.from_broker], index[row.to_broker]] = row.forwarded / row.arrived
+    fig, ax = _figure((6.5, 5.5))
+    image = ax.imshow(matrix, cmap="viridis", vmin=0, vmax=1)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("to broker")
+    ax.set_ylabel("from broker")
+    fig.colorbar(image, ax=ax, label="routing probability (all classes)")
+    return _png(fig)
+
+
+def figure_visit_ratios(run: Run) -> str:
+    v = run.tables["visit_ratios"]
+    fig, ax = _figure((5, 4.5))
+    ax.scatter(v["visit_ratio_counted"], v["visit_ratio_solved"], s=12)
+    top = max(1.0, float(v[["visit_ratio_counted", "visit_ratio_solved"]].max().max()))
+    ax.plot([0, top], [0, top], color="#c33", lw=1, label="y = x")
+    ax.set_xlabel("visit ratio counted (visits / publications)")
+    ax.set_ylabel("visit ratio solved (V = e + V nu)")
+    ax.legend()
+    return _png(fig)
+
+
+def figure_service_times(run: Run) -> str:
+    """CPU per event at each broker (from the hop traces)."""
+    hops = read_table(run.path, "hops").table.select(["broker", "cpu_ns"]).to_pandas()
+    names = sorted(hops["broker"].unique(), key=_natural)
+    data = [hops.loc[hops["broker"] == b, "cpu_ns"].to_numpy() / 1e3 for b in names]
+    fig, ax = _figure((10, 4))
+    ax.boxplot(data, tick_labels=names, showfliers=False)
+    ax.set_xlabel("broker")
+    ax.set_ylabel("CPU per event (us)")
+    return _png(fig)
+
+
+def figure_latency_cdf(measured: Run, simulated: pd.DataFrame | None) -> str:
+    d = read_table(measured.path, "deliveries").table.to_pandas()
+    lat = np.sort((d["t_deliver_ns"] - d["t_publish_ns"]).to_numpy() / 1e6)
+    fig, ax = _figure((6.5, 4))
+    ax.plot(lat, np.linspace(0, 1, len(lat)), label="measured")
+    if simulated is not None and len(simulated):
+        sim = np.sort(simulated["latency_ms"].to_numpy())
+        ax.plot(sim, np.linspace(0, 1, len(sim)), label="simulated", ls="--")
+    ax.set_xlabel("delivery latency (ms)")
+    ax.set_ylabel("fraction of deliveries")
+    ax.set_xlim(0, np.percentile(lat, 99.5) * 1.2 if len(lat) else 1)
+    ax.legend()
+    return _png(fig)
+
+
+def figure_scatter(comparison: Comparison) -> str:
+    lat = comparison.latency
+    fig, ax = _figure((5, 4.5))
+    top = float(lat["measured"].max()) if len(lat) else 1.0
+    for method in ("mm1", "sim"):
+        if method in lat:
+            ax.scatter(lat["measured"], lat[method], s=14, label=method)
+            top = max(top, float(lat[method].max()))
+    ax.plot([0, top], [0, top], color="#c33", lw=1, label="y = x")
+    ax.set_xlabel("measured mean latency (ms)")
+    ax.set_ylabel("predicted mean latency (ms)")
+    ax.legend()
+    return _png(fig)
+
+
+# -- rendering ----------------------------------------------------------------------------
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float | np.floating):
+        return "" if np.isnan(value) else f"{value:.2f}"
+    return str(value)
+
+
+def _html_table(frame: pd.DataFrame) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
+        for row in frame.itertuples(index=False)
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def _md_table(frame: pd.DataFrame) -> str:
+    lines = ["| " + " | ".join(str(c) for c in frame.columns) + " |"]
+    lines.append("|" + "---|" * len(frame.columns))
+    for row in frame.itertuples(index=False):
+        lines.append("| " + " | ".join(_fmt(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def summary_sentence(comparison: Comparison | None, scenario: str | None) -> str:
+    if comparison is None or not comparison.summary:
+        return "Characterization only: no predictions to compare with."
+    s = comparison.summary
+    parts = []
+    for name in ("throughput", "latency"):
+        for method in ("sim", "mm1"):
+            key = f"{name}_{method}_worst"
+            if key in s:
+                mean = s[f"{name}_{method}_mean"]
+                parts.append(f"{name} ({method}) worst {s[key]:.1f} %, mean {mean:.1f} %")
+    thesis = ""
+    if scenario in ("s1", "s2"):
+        thesis = (
+            f" The thesis' worst errors for {scenario}: throughput "
+            f"{THESIS['throughput'][scenario]} %, latency {THESIS['latency'][scenario]} %."
+        )
+    return "Prediction vs measurement: " + "; ".join(parts) + "." + thesis
+
+
+@dataclass
+class Section:
+    title: str
+    text: str = ""
+    table: pd.DataFrame | None = None
+    image: str | None = None
+
+
+def build_sections(measured: Run, comparison: Comparison | None, simulated) -> list[Section]:
+    sections = [
+        Section(
+            "Topology",
+            "Measured throughput (events/s) and utilization (CPU of routing) per broker.",
+            image=figure_topology(measured),
+        )
+    ]
+    if comparison is not None:
+        sections.append(
+            Section(
+                "Broker throughput (Table 6.1 form)",
+                "Events per second handled by each broker: predicted from the calibration run "
+                "beside measured in the measurement run, and the relative error.",
+                table=comparison.throughput,
+            )
+        )
+        chosen = comparison.chosen_subscriber
+        lat = comparison.latency
+        sections.append(
+            Section(
+                f"Delivery latency to {chosen} (Table 6.2 form)",
+                "Mean delivery latency (ms) from each publisher to one subscriber; "
+                "simulation results with their 95 % confidence intervals.",
+                table=lat[lat["subscriber"] == chosen].drop(columns=["entity"]),
+            )
+        )
+        sections.append(
+            Section(
+                "Delivery latency, every publisher and subscriber",
+                "The full matrix, one row per (publisher, subscriber) pair.",
+                table=lat.drop(columns=["entity"]),
+            )
+        )
+        sections.append(Section("Predicted vs measured latency", image=figure_scatter(comparison)))
+    else:
+        sections.append(Section("Broker throughput", table=measured.brokers()))
+        sections.append(Section("Delivery latency", table=measured.latency()))
+    sections += [
+        Section(
+            "Latency distribution",
+            "Measured delivery latencies, and simulated ones when a simulation ran.",
+            image=figure_latency_cdf(measured, simulated),
+        ),
+        Section(
+            "Visit ratios",
+            "Solved from the routing probabilities vs counted per "
+            "publication (they agree when routing is a per-hop random process).",
+            image=figure_visit_ratios(measured),
+        ),
+        Section("Routing probabilities", image=figure_routing_heatmap(measured)),
+        Section(
+            "Most frequent dissemination trees",
+            table=measured.tables["trees"].sort_values("events", ascending=False).head(12),
+        ),
+        Section(
+            "Service times per broker",
+            "CPU time spent routing one event.",
+            image=figure_service_times(measured),
+        ),
+    ]
+    return sections
+
+
+def header_rows(measured: Run, calibration: Run | None) -> pd.DataFrame:
+    m = measured.manifest
+    rows = [
+        ("case study", m["case_study"]["name"]),
+        ("scenario", m.get("scenario") or "base"),
+        ("routing", m["case_study"]["routing"]),
+        ("host", f"{m['host']['name']} ({m['host']['cores']} cores, {m['host']['platform']})"),
+        (
+            "versions",
+            ", ".join(f"{k} {v}" for k, v in m["packages"].items()) + f", Python {m['python']}",
+        ),
+        ("git revision", m.get("git_revision") or "-"),
+    ]
+    for label, run in (("calibration", calibration), ("measurement", measured)):
+        if run is None:
+            continue
+        c, w = run.manifest["counts"], run.manifest["workload"]
+        rows.append(
+            (
+                f"{label} run",
+                f"{run.manifest['total_rate']:.1f} events/s, {w['warmup_s']} s warm-up + "
+                f"{w['duration_s']} s measured; published {c['published']}, delivered "
+                f"{c['delivered']}, lost {c['lost']}",
+            )
+        )
+    return pd.DataFrame(rows, columns=["", "value"])
+
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.85em; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th { background: #f0f3f8; } td:first-child, th:first-child { text-align: left; }
+.summary { background: #fffbe6; border: 1px solid #e6d58a; padding: 0.8em; }
+img { max-width: 100%; }
+"""
+
+
+def render(run_dir: Path) -> tuple[Path, Path, str]:
+    """Write report.html and report.md into `run_dir`; return them and the summary."""
+    if (run_dir / "measurement").exists():
+        measured = Run.load(run_dir / "measurement")
+        calibration = Run.load(run_dir / "calibration")
+        predictions = calibration.predictions
+    else:
+        measured, calibration = Run.load(run_dir), None
+        predictions = measured.predictions
+    comparison = compare(predictions, measured) if predictions is not None else None
+    sim_path = (calibration or measured).path / "analysis" / "simulated_latency.parquet"
+    simulated = pq.read_table(sim_path).to_pandas() if sim_path.exists() else None
+    scenario = measured.manifest.get("scenario")
+    sentence = summary_sentence(comparison, scenario)
+    sections = build_sections(measured, comparison, simulated)
+    header = header_rows(measured, calibration)
+    title = (
+        f"hop validation report: {measured.manifest['case_study']['name']} ({scenario or 'base'})"
+    )
+
+    body = [
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p class='summary'>{html.escape(sentence)}</p>",
+        _html_table(header),
+    ]
+    md = [f"# {title}", "", sentence, "", _md_table(header), ""]
+    for section in sections:
+        body.append(f"<h2>{html.escape(section.title)}</h2>")
+        md += [f"## {section.title}", ""]
+        if section.text:
+            body.append(f"<p>{html.escape(section.text)}</p>")
+            md += [section.text, ""]
+        if section.table is not None:
+            body.append(_html_table(section.table))
+            md += [_md_table(section.table), ""]
+        if section.image is not None:
+            body.append(f"<img alt='{html.escape(section.title)}' src='{section.image}'>")
+            md += ["(figure in report.html)", ""]
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head>"
+        f"<body>{''.join(body)}</body></html>"
+    )
+    html_path, md_path = run_dir / "report.html", run_dir / "report.md"
+    html_path.write_text(page)
+    md_path.write_text("\n".join(md) + "\n")
+    return html_path, md_path, sentence
