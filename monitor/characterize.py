@@ -4,13 +4,14 @@ traces and manifest (the measurement window only).
 Everything here stays constant when only the publication rates change (thesis
 4.1: the workload is characterized once, rates are the model's input):
 
-* per broker, the service demand of one event. The hop rows' ``cpu_ns`` covers
-  only routing; the broker process also spends CPU reading, decoding, writing and
-  in trio's scheduler. Measured here on tree7 at ~90 events/s the whole process
-  used about five times the routing CPU per event. The model needs the whole
-  demand, so each broker's samples are ``cpu_ns`` plus the broker's unattributed
-  CPU per event (process CPU in the window / events, minus mean ``cpu_ns``): an
-  additive constant, since that overhead does not grow with the routing work;
+* per broker, the time one event holds it (decoding and routing, from the hop
+  rows), and its *overhead*: the rest of the process's CPU per event (process
+  CPU in the window / events, minus the held time). Measured on tree7 at ~90
+  events/s the process used about five times the routing CPU per event: waking
+  up, reading and writing sockets, trio's scheduler. That work is not on the
+  event's own path (the traced link delays are tens of microseconds), so the
+  model does not add it to the event's service; it loads the host's cores
+  instead (a background load proportional to the brokers' throughput);
 * the dissemination trees of each publisher, with the subscribers each tree
   delivers to at each broker, and their frequencies;
 * the delays that are not CPU queues: broker-to-broker links (done at one broker
@@ -43,7 +44,7 @@ class Characterization:
     brokers: list[str]
     service_ns: dict[str, np.ndarray]
     service_by_fanout: dict[str, dict[int, np.ndarray]]
-    overhead_ns: dict[str, float]
+    overhead_ns: dict[str, float]  # CPU per event off the event's path (see module doc)
     home: dict[str, str]  # publisher -> its broker
     trees: dict[str, list[tuple[float, Tree]]]  # publisher -> (share, tree)
     link_delay_ns: np.ndarray
@@ -79,24 +80,28 @@ def characterize(run_dir: Path) -> Characterization:
     cpu_s = phases.get("cpu_s", {})
     service, by_fanout, overhead = {}, {}, {}
     for broker, rows in hops.groupby("broker"):
-        routing = rows["cpu_ns"].to_numpy(dtype=float)
+        # The time an event holds the broker: decoding (the wait of the first event
+        # of a read) plus routing until its last send was queued.
+        first = rows.loc[rows["batch_index"] == 0, "wait_ns"]
+        decode = float(first.median()) if len(first) else 0.0
+        held = (rows["t_done_ns"] - rows["t_start_ns"]).to_numpy(dtype=float) + decode
+        service[broker] = held
+        by_fanout[broker] = {
+            int(k): (g["t_done_ns"] - g["t_start_ns"]).to_numpy(dtype=float) + decode
+            for k, g in rows.groupby("fanout")
+        }
         # Every hop row with t_arrival in the window was paid for in the window.
         arrived = rows["t_arrival_ns"].between(lo, hi).sum()
         total = cpu_s.get(broker)
-        extra = 0.0
         if total is not None and arrived:
-            extra = max(0.0, total * 1e9 / arrived - routing.mean())
-        overhead[broker] = extra
-        service[broker] = routing + extra
-        by_fanout[broker] = {
-            int(k): g["cpu_ns"].to_numpy(dtype=float) + extra for k, g in rows.groupby("fanout")
-        }
+            overhead[broker] = max(0.0, total * 1e9 / arrived - held.mean())
+        else:
+            overhead[broker] = 0.0
 
     home_rows = hops[hops["from_node"].str.startswith("client:")]
     home = dict(zip(home_rows["publisher"], home_rows["broker"], strict=False))
     trees = _trees(hops)
-    hidden = _hidden_ns(hops, overhead)
-    link, publish, deliver = _delays(hops, home_rows, pubs, dels, hidden)
+    link, publish, deliver = _delays(hops, home_rows, pubs, dels)
     rates = (pubs.groupby("publisher").size() / window_s).to_dict()
     return Characterization(
         run_dir=run_dir,
@@ -145,38 +150,20 @@ def _trees(hops: pd.DataFrame) -> dict[str, list[tuple[float, Tree]]]:
     return out
 
 
-def _hidden_ns(hops: pd.DataFrame, overhead: dict[str, float]) -> dict[str, float]:
-    """Per broker, the part of its unattributed CPU that the traces show as link time.
-
-    The model serves each event for its whole demand (routing + overhead), but the
-    traced time at a broker (arrival to done) holds only decoding (wait_ns) and
-    routing; the rest of the overhead (waking up, reading the socket, writing)
-    falls between one broker's done and the next one's arrival. Subtracting it
-    from those delays keeps the model's latency at the measured load equal to the
-    measurement, instead of counting that CPU twice.
-    """
-    traced = (hops["t_done_ns"] - hops["t_start_ns"] - hops["cpu_ns"]).clip(lower=0)
-    inside = (hops["wait_ns"] + traced).groupby(hops["broker"]).mean()
-    return {b: max(0.0, extra - float(inside.get(b, 0.0))) for b, extra in overhead.items()}
-
-
 def _delays(
     hops: pd.DataFrame,
     home_rows: pd.DataFrame,
     pubs: pd.DataFrame,
     dels: pd.DataFrame,
-    hidden: dict[str, float],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     done = hops.set_index(["event_id", "broker"])["t_done_ns"]
     forwarded = hops[~hops["from_node"].str.startswith("client:")]
     sent = done.reindex(list(zip(forwarded["event_id"], forwarded["from_node"], strict=True)))
     link = forwarded["t_arrival_ns"].to_numpy() - sent.to_numpy()
-    link = link - forwarded["broker"].map(hidden).to_numpy()
     published = pubs.set_index("event_id")["t_publish_ns"]
     publish = (
         home_rows["t_arrival_ns"].to_numpy() - published.reindex(home_rows["event_id"]).to_numpy()
     )
-    publish = publish - home_rows["broker"].map(hidden).to_numpy()
     last = done.reindex(list(zip(dels["event_id"], dels["broker"], strict=True))).to_numpy()
     deliver = dels["t_deliver_ns"].to_numpy() - last
     return (

@@ -79,8 +79,17 @@ def target_workload(
 def build_network(char: Characterization, target: Target) -> Network:
     """The model of the characterized network under the target rates."""
     total_rate = sum(target.rates.values())
-    background = min(char.client_cpu_per_event_s * total_rate, 0.9 * char.cores)
-    host = Host("host", cores=float(char.cores), background=background)
+    # Off-path CPU (clients, and each broker's per-event overhead) takes cores away
+    # from the brokers' event handling in proportion to the target throughputs.
+    visits: dict[str, float] = {}
+    for publisher, trees in char.trees.items():
+        rate = target.rates.get(publisher, 0.0)
+        for share, (edges, _) in trees:
+            for broker in {char.home[publisher], *(child for _, child in edges)}:
+                visits[broker] = visits.get(broker, 0.0) + rate * share
+    broker_overhead = sum(char.overhead_ns[b] * 1e-9 * x for b, x in visits.items())
+    background = char.client_cpu_per_event_s * total_rate + broker_overhead
+    host = Host("host", cores=float(char.cores), background=min(background, 0.95 * char.cores))
     stations = [
         Station(b, "host", char.service_ns[b], char.service_by_fanout[b]) for b in char.brokers
     ]
