@@ -115,7 +115,8 @@ def replay(
     procs = BrokerProcesses(copy, study.topology, ["--trace-dir", str(traces), "--run-id", run_id])
     try:
         procs.start(log_dir=run_dir / "logs")
-        procs.wait_listening()
+        # Each broker imports pyarrow and warms it up (~1 s of CPU): allow for 15 on 2 cores.
+        procs.wait_listening(timeout=30.0 + 3.0 * len(study.topology.brokers))
         _wait_linked(study)
         pids = {str(b): p.pid for b, p in procs.procs.items()}
         phases = trio.run(_drive, study, workload, rates, traces, run_id, quiet, pids)
