@@ -1,0 +1,269 @@
+"""Run the benchmarks: ``python -m bench [--quick] [--only NAME ...]``.
+
+Writes ``bench/results/latest.json``: the machine, the mode, every selected
+benchmark's results under ``results``, the issue's targets with the measured value
+and ``target_met`` each, what was skipped (and why) and what failed (and how). A
+failing benchmark does not stop the others; the exit code is 1 when one failed.
+
+Benchmarks (see each module's doc for what is measured and how):
+
+* ``link``, ``hop`` (bench.throughput): the relay baseline and one broker, 1-to-1
+  and 1-to-4, saturation and latency;
+* ``amqtt``, ``mosquitto`` (bench.mqtt): the same workloads through MQTT brokers.
+  These four share one alternating comparison: every selected system is measured in
+  each repetition, our broker included whenever one of the others is selected;
+* ``chain`` (bench.throughput): per-hop latency of 5 brokers against 5 relays;
+* ``memory`` (bench.throughput): RSS with 100k subscriptions and under a slow
+  subscriber;
+* ``tree15`` (bench.tree15): saturation rate of the 15-broker case study;
+* ``matching`` (bench.matching) and ``tracing_overhead`` (bench.tracing_overhead).
+
+``--quick`` (fewer events and repetitions, shorter steps; matching up to 10k
+subscriptions) finishes in under 5 minutes on the 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import matching, mqtt, throughput, tracing_overhead, tree15
+from bench.common import write_result
+
+NAMES = (
+    "link",
+    "hop",
+    "amqtt",
+    "mosquitto",
+    "chain",
+    "memory",
+    "tree15",
+    "matching",
+    "tracing_overhead",
+)
+FANOUT_NAMES = ("link", "hop", "amqtt", "mosquitto")
+MQTT_NAMES = ("amqtt", "mosquitto")
+
+
+class Run:
+    """Collects sections, skips, errors and timings of one ``python -m bench``."""
+
+    def __init__(self) -> None:
+        self.results: dict[str, Any] = {}
+        self.skipped: dict[str, str] = {}
+        self.errors: dict[str, str] = {}
+        self.timings: dict[str, float] = {}
+
+    def attempt(self, label: str, names: list[str], fn: Callable[[], dict[str, Any]]) -> None:
+        """Run one benchmark; on failure record the error under each of ``names``."""
+        print(f"bench: == {label}", file=sys.stderr, flush=True)
+        start = time.monotonic()
+        try:
+            sections = fn()
+        except Exception as exc:
+            traceback.print_exc()
+            for name in names:
+                self.errors[name] = f"{type(exc).__name__}: {exc}"
+        else:
+            self.results.update(sections)
+            for name, section in sections.items():
+                if problems := _errors(section):
+                    self.errors[name] = "; ".join(problems)
+        self.timings[label] = round(time.monotonic() - start, 1)
+
+
+def _errors(section: Any) -> list[str]:
+    """The failed repetitions reported in a section (``errors`` lists, two levels deep)."""
+    if not isinstance(section, dict):
+        return []
+    found = list(section.get("errors", []))
+    for value in section.values():
+        if isinstance(value, dict):
+            found += value.get("errors", [])
+    return found
+
+
+def fanout(
+    selected: list[str], settings: throughput.Settings, workdir: Path, run: Run
+) -> dict[str, Any]:
+    """link / hop / amqtt / mosquitto in one alternating comparison."""
+    mqtt_names = [n for n in MQTT_NAMES if n in selected]
+    mqtt_systems, skipped = mqtt.mqtt_systems(mqtt_names)
+    run.skipped.update(skipped)
+    systems: list[throughput.System] = []
+    if "link" in selected or "hop" in selected:
+        systems.append(throughput.RelaySystem())
+    if "hop" in selected or mqtt_systems:
+        systems.append(throughput.HopSystem())
+    systems += mqtt_systems
+    if not systems:
+        return {}
+    measured = throughput.compare_fanout(systems, settings, workdir)
+    return {**throughput.fanout_sections(measured), **mqtt.sections(measured, mqtt_names)}
+
+
+def _get(results: dict[str, Any], *path: str) -> Any:
+    value: Any = results
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets: each with the measured value, its limit and ``target_met``
+    (None when not measured in this run). The amqtt ratios are taken against the bare
+    amqtt broker (no filler subscriptions, as in the issue's anchors), the stricter
+    comparison; the ratio against amqtt holding the same 1000 subscriptions as ours is
+    given beside it. The slow-subscriber limit (50 MB) is this benchmark's own reading
+    of "bounded": the broker's queue holds 4096 frames of ~1.1 KB."""
+
+    def target(
+        name: str,
+        description: str,
+        value: float | None,
+        limit: float,
+        at_least: bool,
+        **context: Any,
+    ) -> dict[str, Any]:
+        met = None if value is None else (value >= limit if at_least else value < limit)
+        return {
+            "name": name,
+            "description": description,
+            "value": value,
+            "limit": limit,
+            "target_met": met,
+            **context,
+        }
+
+    return [
+        target(
+            "hop_1to1_vs_amqtt",
+            "hop 1-to-1 events/s over amqtt's (bare), at least 10x",
+            _get(results, "amqtt", "hop_over_amqtt_bare", "fanout1", "events_per_s"),
+            10.0,
+            True,
+            value_with_1000_subscriptions=_get(
+                results, "amqtt", "hop_over_amqtt", "fanout1", "events_per_s"
+            ),
+        ),
+        target(
+            "hop_1to1_vs_relay",
+            "hop 1-to-1 events/s over the relay's (link), at least 0.2",
+            _get(results, "hop", "ratio_to_link", "fanout1", "events_per_s"),
+            0.2,
+            True,
+        ),
+        target(
+            "hop_1to4_vs_amqtt",
+            "hop 1-to-4 events/s over amqtt's (bare), at least 10x",
+            _get(results, "amqtt", "hop_over_amqtt_bare", "fanout4", "events_per_s"),
+            10.0,
+            True,
+            value_with_1000_subscriptions=_get(
+                results, "amqtt", "hop_over_amqtt", "fanout4", "events_per_s"
+            ),
+        ),
+        target(
+            "hop_latency_500_vs_relay",
+            "hop 1-to-1 latency p50 at 500 events/s over the relay's, at most 1.5",
+            _get(results, "hop", "ratio_to_link", "fanout1", "latency_500_p50"),
+            1.5,
+            False,
+        ),
+        target(
+            "chain_per_hop_us",
+            "chain of 5 brokers: added latency per broker hop (median, us), under 150",
+            _get(results, "chain", "hop", "per_hop_us"),
+            150.0,
+            False,
+        ),
+        target(
+            "memory_100k_subscriptions_mb",
+            "broker RSS (MB) holding 100k subscriptions, under 300",
+            _get(results, "memory", "subscriptions", "rss_mb"),
+            300.0,
+            False,
+        ),
+        target(
+            "memory_slow_subscriber_growth_mb",
+            "broker RSS growth (MB) under a slow subscriber, under 50 (bounded)",
+            _get(results, "memory", "slow_subscriber", "rss_growth_mb"),
+            throughput.SLOW_GROWTH_LIMIT_MB,
+            False,
+        ),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the under-5-minutes version")
+    parser.add_argument("--only", nargs="+", choices=NAMES, metavar="NAME", help=", ".join(NAMES))
+    args = parser.parse_args(argv)
+    selected = [n for n in NAMES if n in (args.only or NAMES)]
+    settings = throughput.Settings.quick() if args.quick else throughput.Settings.full()
+    run = Run()
+    started = time.monotonic()
+    load_start = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        workdir = Path(tmp)
+        if any(n in selected for n in FANOUT_NAMES):
+            names = [n for n in FANOUT_NAMES if n in selected]
+            run.attempt("fanout", names, lambda: fanout(selected, settings, workdir, run))
+        if "chain" in selected:
+            run.attempt(
+                "chain", ["chain"], lambda: {"chain": throughput.run_chain(settings, workdir)}
+            )
+        if "memory" in selected:
+            run.attempt(
+                "memory", ["memory"], lambda: {"memory": throughput.run_memory(settings, workdir)}
+            )
+        if "tree15" in selected:
+            run.attempt("tree15", ["tree15"], lambda: {"tree15": tree15.run(args.quick, workdir)})
+    if "matching" in selected:
+        sizes, reps = ([1_000, 10_000], 1) if args.quick else ([1_000, 10_000, 100_000], 5)
+        run.attempt("matching", ["matching"], lambda: {"matching": matching.run(sizes, reps)})
+    if "tracing_overhead" in selected:
+        events, reps = (10_000, 3) if args.quick else (30_000, 5)
+        run.attempt(
+            "tracing_overhead",
+            ["tracing_overhead"],
+            lambda: {"tracing_overhead": tracing_overhead.run(events, reps)},
+        )
+    checked = targets(run.results)
+    path = write_result(
+        "latest",
+        {
+            "mode": "quick" if args.quick else "full",
+            "selected": selected,
+            "duration_s": round(time.monotonic() - started, 1),
+            # Other work shares the machine: its 1/5/15-minute load averages.
+            "load_average": {"start": load_start, "end": os.getloadavg()},
+            "timings_s": run.timings,
+            "targets": checked,
+            "skipped": run.skipped,
+            "errors": run.errors,
+            "results": run.results,
+        },
+    )
+    for t in checked:
+        verdict = {True: "met", False: "MISSED", None: "not measured"}[t["target_met"]]
+        print(f"target {t['name']}: {t['value']} (limit {t['limit']}): {verdict}")
+    for name, why in run.skipped.items():
+        print(f"skipped {name}: {why}")
+    for name, error in run.errors.items():
+        print(f"FAILED {name}: {error}")
+    print(path)
+    return 1 if run.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
