@@ -370,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     except (BadInput, TopologyError, FilterSyntaxError) as exc:
         print(f"hop {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except ValueError as exc:  # TraceError, ReportError and the model's input checks
+        print(f"hop {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except StartupError as exc:
         print(f"hop {args.command}: {exc}", file=sys.stderr)
         return EXIT_FAILURE
