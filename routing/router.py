@@ -35,6 +35,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from routing.cover_index import CoverIndex
 from routing.covering import covers
 from routing.filters import Filter
 from routing.index import MatchIndex
@@ -89,20 +90,34 @@ class _Forwarded:
 class _Neighbour:
     """Demand towards one neighbouring broker and what was forwarded to it."""
 
-    __slots__ = ("demand", "forwarded", "by_id", "sent")
+    __slots__ = ("demand", "demand_index", "forwarded", "forwarded_index", "by_id", "sent")
 
     def __init__(self) -> None:
         self.demand: dict[Filter, set[SubKey]] = {}
+        self.demand_index = CoverIndex()
         self.forwarded: dict[Filter, _Forwarded] = {}
+        self.forwarded_index = CoverIndex()
         self.by_id: dict[int, _Forwarded] = {}
         self.sent = 0  # subscriptions sent over the life of the link
 
     def add(self, target: Link, entry: _Forwarded) -> SendSubscribe:
         """Record `entry` as forwarded and return the message that forwards it."""
-        self.forwarded[entry.filter] = entry
+        self.remember(entry)
         self.by_id[entry.sub_id] = entry
         self.sent += 1
         return SendSubscribe(target, entry.sub_id, entry.filter)
+
+    def remember(self, entry: _Forwarded) -> None:
+        self.forwarded[entry.filter] = entry
+        self.forwarded_index.add(entry.filter)
+
+    def forget(self, entry: _Forwarded) -> None:
+        del self.forwarded[entry.filter]
+        self.forwarded_index.discard(entry.filter)
+
+    def add_demand(self, f: Filter, key: SubKey) -> None:
+        self.demand.setdefault(f, set()).add(key)
+        self.demand_index.add(f)
 
     def covering(self, f: Filter) -> _Forwarded | None:
         """A forwarded entry covering `f` (an equal one first), if any."""
@@ -110,9 +125,9 @@ class _Neighbour:
         if entry is not None:
             return entry
         names = f.attributes()
-        for g, entry in self.forwarded.items():
+        for g in self.forwarded_index.may_cover(f):
             if g.attributes() <= names and covers(g, f):
-                return entry
+                return self.forwarded[g]
         return None
 
 
@@ -192,13 +207,17 @@ class Router:
         self, neighbour: _Neighbour, target: Link, key: SubKey, f: Filter, acknowledge: bool
     ) -> list[Action]:
         """Add `key`'s filter to the demand towards `target`; forward it if uncovered."""
-        neighbour.demand.setdefault(f, set()).add(key)
+        neighbour.add_demand(f, key)
         entry = neighbour.covering(f)
         actions: list[Action] = []
         if entry is None:
             entry = _Forwarded(next(self._ids), f)
             # Withdraw what the new entry covers, after sending it (no gap).
-            covered = [e for g, e in neighbour.forwarded.items() if covers(f, g)]
+            covered = [
+                neighbour.forwarded[g]
+                for g in neighbour.forwarded_index.may_be_covered_by(f)
+                if covers(f, g)
+            ]
             actions.append(neighbour.add(target, entry))
             for old in covered:
                 actions += self._withdraw(neighbour, target, old, successor=entry)
@@ -225,6 +244,7 @@ class Router:
                 entry.waiters.discard(key)
             if not holders:
                 del neighbour.demand[f]
+                neighbour.demand_index.discard(f)
                 entry = neighbour.forwarded.get(f)
                 if entry is not None:
                     actions += self._reforward_uncovered(neighbour, target, entry)
@@ -234,9 +254,11 @@ class Router:
         self, neighbour: _Neighbour, target: Link, gone: _Forwarded
     ) -> list[Action]:
         """`gone` lost its last holder: forward what only it covered, then withdraw it."""
-        del neighbour.forwarded[gone.filter]
+        neighbour.forget(gone)
         uncovered = [
-            g for g in neighbour.demand if covers(gone.filter, g) and neighbour.covering(g) is None
+            g
+            for g in neighbour.demand_index.may_be_covered_by(gone.filter)
+            if covers(gone.filter, g) and neighbour.covering(g) is None
         ]
         # Forward only the widest of them: the others are covered by those.
         roots = [
@@ -249,7 +271,7 @@ class Router:
             if neighbour.covering(g) is not None:  # equal filters: the first is enough
                 continue
             actions.append(neighbour.add(target, _Forwarded(next(self._ids), g)))
-        neighbour.forwarded[gone.filter] = gone  # _withdraw removes it again
+        neighbour.remember(gone)  # _withdraw removes it again
         actions += self._withdraw(neighbour, target, gone, successor=None)
         return actions
 
@@ -261,7 +283,7 @@ class Router:
         successor: _Forwarded | None,
     ) -> list[Action]:
         """Stop forwarding `entry`; its waiters now wait for what covers them instead."""
-        del neighbour.forwarded[entry.filter]
+        neighbour.forget(entry)
         del neighbour.by_id[entry.sub_id]
         actions: list[Action] = [SendUnsubscribe(target, entry.sub_id)]
         for waiter in entry.waiters:
