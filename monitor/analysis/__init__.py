@@ -1,0 +1,242 @@
+"""`hop analyze RUN_DIR`: the Spark characterization of a run (DESIGN 4, issue 5).
+
+Reads RUN_DIR/traces/ (staged to Parquet first, see `staging`), keeps the events
+published in the window (see `window`), and writes Parquet under RUN_DIR/analysis/;
+a class is (event_type, publisher):
+
+routing_probabilities.parquet, one row per class x (from_broker, to_broker) edge used:
+    forwarded, arrived (events of the class at from_broker), probability = their ratio
+visit_ratios.parquet, one row per class x broker:
+    visit_ratio_solved (V = e + V nu), visit_ratio_counted (visits / publications),
+    arrival_rate (lambda V_solved), arrival_rate_counted (visits / window), visits,
+    entered, publications, publication_rate, relative_difference
+paths.parquet, one row per class x distinct delivery path:
+    path (brokers, publisher's first), subscriber_broker, events, share (of the
+    class's publications), deliveries, mean_ms, hops, publications
+trees.parquet, one row per class x distinct dissemination tree:
+    home_broker, tree (sorted "from>to" edges), events, share, share_independent
+    (the tree's probability if brokers routed independently, thesis eq. 4.18),
+    edges, publications
+brokers.parquet, one row per broker x event_type:
+    arrivals, throughput, cpu_mean_ns, cpu_p50_ns, cpu_p90_ns, utilization,
+    mean_fanout (forwards + local deliveries per event), mean_forwards,
+    mean_deliveries, cpu_total_ns, cpu_base_ns + cpu_per_send_ns (S = a + n b),
+    wait_mean_ns, residence_mean_ns
+latency.parquet, one row per (publisher, subscriber):
+    deliveries, mean_ms, p50_ms, p90_ms, p99_ms, std_ms, hops (brokers on the
+    path), hops_min, publisher_broker, subscriber_broker
+
+plus summary.json (what `analyze` returns) and staged_traces/ (the traces as
+Parquet, for further queries). Every table is computed with Spark DataFrame
+operations; only the small per-class linear systems for the visit ratios are solved
+on the driver (`visits`). Rates divide by the window's length.
+
+Run it as `hop analyze RUN_DIR [--master URL] [--window measure|all]`, as
+`python -m monitor.analysis RUN_DIR ...`, or with spark-submit (then spark-submit's
+`--master`, `--conf` and `--driver-memory` apply; on a cluster of several hosts
+RUN_DIR must be on storage that every executor reads):
+
+    PYSPARK_PYTHON=$PWD/.venv/bin/python .venv/bin/spark-submit \\
+        --master spark://HOST:7077 monitor/analysis/__main__.py RUN_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+
+from monitor.analysis import queries
+from monitor.analysis.staging import stage_traces
+from monitor.analysis.visits import ClassRouting, solve_visit_ratios
+from monitor.analysis.window import WINDOWS, Window, run_window
+from monitor.spark import spark_session
+from monitor.traces import TraceError
+
+__all__ = ["TOLERANCE", "TraceError", "analyze", "main"]
+
+TOLERANCE = 0.05  # solved vs counted visit ratios further apart than this are reported
+STAGED = "staged_traces"
+SORT = {
+    "routing_probabilities": [*queries.CLASS, "from_broker", "to_broker"],
+    "visit_ratios": [*queries.CLASS, "broker"],
+    "paths": [*queries.CLASS, "subscriber_broker", "path"],
+    "trees": [*queries.CLASS, "tree"],
+    "brokers": ["broker", "event_type"],
+    "latency": ["publisher", "subscriber"],
+}
+
+
+def analyze(
+    run_dir: Path,
+    master: str | None = None,
+    window: str = "measure",
+    spark: SparkSession | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Characterize the run in `run_dir`; returns the summary also written to
+    RUN_DIR/analysis/summary.json (table row counts, warnings, problems, timings).
+
+    Uses `spark` if given (and leaves it running), else starts a session on `master`
+    (default local[*]) and stops it. `progress` gets a line per finished step. Raises
+    TraceError on bad input: no traces, a trace of another schema version, no usable
+    manifest.
+    """
+    say = progress or (lambda line: None)
+    run_dir = Path(run_dir)
+    started = time.perf_counter()
+    span = run_window(run_dir, window)
+    out = run_dir / "analysis"
+    staged = stage_traces(run_dir, out / STAGED)
+    timings = {"stage_s": round(time.perf_counter() - started, 3)}
+    say(f"staged {staged.rows['hops']} hop rows as Parquet ({timings['stage_s']} s)")
+    own_session = spark is None
+    spark = spark or spark_session(master)
+    cached: list[DataFrame] = []
+    try:
+        tables, hops, warnings = _characterize(spark, staged.root, span, cached)
+        for name, df in tables.items():
+            t = time.perf_counter()
+            df.repartition(1).sortWithinPartitions(*SORT[name]).write.mode("overwrite").parquet(
+                str(out / f"{name}.parquet")
+            )
+            timings[f"{name}_s"] = round(time.perf_counter() - t, 3)
+            say(f"wrote {name}.parquet ({timings[f'{name}_s']} s)")
+        master_url = spark.sparkContext.master
+    finally:
+        for df in cached:
+            df.unpersist()
+        if own_session:
+            spark.stop()
+    visit_ratios = pq.read_table(out / "visit_ratios.parquet").to_pylist()
+    events = sum(
+        {(r["event_type"], r["publisher"]): r["publications"] for r in visit_ratios}.values()
+    )
+    if not events:
+        warnings.append(f"no events were published in the {span.name} window")
+    summary: dict[str, Any] = {
+        "run_dir": str(run_dir),
+        "outputs": str(out),
+        "spark_master": master_url,
+        "window": {
+            "name": span.name,
+            "start_ns": span.start_ns,
+            "end_ns": span.end_ns,
+            "seconds": span.seconds,
+        },
+        "trace_files": staged.files,
+        "trace_rows": staged.rows,
+        "used": {"events": events, "hops": hops},
+        "tables": {name: ds.dataset(out / f"{name}.parquet").count_rows() for name in SORT},
+        "warnings": warnings + _visit_ratio_warnings(visit_ratios),
+        "problems": staged.problems,
+        "timings": {**timings, "total_s": round(time.perf_counter() - started, 3)},
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _characterize(
+    spark: SparkSession, root: Path, window: Window, cached: list[DataFrame]
+) -> tuple[dict[str, DataFrame], int, list[str]]:
+    """The six tables as DataFrames, the number of hops in the window, and the problems
+    of the visit-ratio solves. Small tables used several times go into `cached`."""
+    traces = queries.in_window(queries.load(spark, root), window)
+    per_class = queries.publications_per_class(traces.publications, window)
+    decisions = queries.decisions(traces.hops)
+    cached += [per_class.persist(), decisions.persist()]
+    arrivals = queries.arrivals(decisions)
+    forwards = queries.forwards(decisions)
+    solved, hops, warnings = _solve(spark, arrivals, forwards)
+    routing = queries.routing_probabilities(forwards, arrivals)
+    cached.append(routing.persist())
+    tables = {
+        "routing_probabilities": routing,
+        "visit_ratios": queries.visit_ratios(solved, arrivals, per_class, window),
+        "paths": queries.paths(traces.deliveries, per_class),
+        "trees": queries.independent_shares(queries.trees(traces.hops, per_class), routing),
+        "brokers": queries.brokers(decisions, traces.hops, window),
+        "latency": queries.latency(traces.deliveries),
+    }
+    return tables, hops, warnings
+
+
+def _solve(
+    spark: SparkSession, arrivals: DataFrame, forwards: DataFrame
+) -> tuple[DataFrame, int, list[str]]:
+    """The per-class linear systems, on the driver (a few brokers per class); also the
+    number of hops and the problems met."""
+    classes: dict[tuple[str, str], ClassRouting] = defaultdict(ClassRouting)
+    hops = 0
+    for r in arrivals.collect():
+        routing = classes[(r.event_type, r.publisher)]
+        routing.arrived[r.broker] = r.arrived
+        hops += r.arrived
+        if r.entered:
+            routing.entered[r.broker] = r.entered
+    for r in forwards.collect():
+        classes[(r.event_type, r.publisher)].forwarded[(r.from_broker, r.to_broker)] = r.forwarded
+    rows, problems = [], []
+    for (event_type, publisher), routing in sorted(classes.items()):
+        ratios, problem = solve_visit_ratios(routing)
+        if problem:
+            problems.append(f"class ({event_type}, {publisher}): {problem}")
+        rows += [(event_type, publisher, b, v) for b, v in ratios.items()]
+    schema = "event_type string, publisher string, broker string, visit_ratio_solved double"
+    return spark.createDataFrame(rows, schema), hops, problems
+
+
+def _visit_ratio_warnings(visit_ratios: list[dict[str, Any]]) -> list[str]:
+    """Solved and counted visit ratios further apart than TOLERANCE (relative)."""
+    return [
+        f"class ({r['event_type']}, {r['publisher']}) at broker {r['broker']}: solved visit "
+        f"ratio {r['visit_ratio_solved']:.4f} vs counted {r['visit_ratio_counted']:.4f}; "
+        "the traces miss or repeat records (a lost or truncated trace file, forwards "
+        "that their receiver never recorded), so the model's routing will not match them"
+        for r in visit_ratios
+        if (r["relative_difference"] or 0.0) > TOLERANCE
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line (also the spark-submit entry): exit 0 ok, 2 bad input, 1 failure."""
+    parser = argparse.ArgumentParser(prog="hop analyze", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path, help="a run directory written by `hop replay`")
+    parser.add_argument("--master", help="Spark master URL (default local[*])")
+    parser.add_argument(
+        "--window",
+        choices=WINDOWS,
+        default="measure",
+        help="events published in the measurement window (default) or all",
+    )
+    args = parser.parse_args(argv)
+    try:
+        summary = analyze(
+            args.run_dir,
+            master=args.master,
+            window=args.window,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    except TraceError as exc:
+        print(f"hop analyze: {exc}", file=sys.stderr)
+        return 2
+    for name, rows in summary["tables"].items():
+        print(f"{name}.parquet: {rows} rows")
+    print(
+        f"{summary['used']['events']} events in the {args.window} window; "
+        f"results in {summary['outputs']}"
+    )
+    for line in summary["problems"]:
+        print(f"problem: {line}", file=sys.stderr)
+    for line in summary["warnings"]:
+        print(f"warning: {line}", file=sys.stderr)
+    return 0

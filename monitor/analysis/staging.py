@@ -1,0 +1,102 @@
+"""Arrow IPC trace files -> Parquet that Spark reads.
+
+Spark has no Arrow IPC reader. Two ways in were possible: a PySpark Python data
+source reading the IPC files in Python workers, or converting to Parquet once with
+pyarrow. Converting wins here:
+
+* the checks already written for the trace files (`monitor.traces.read_file`: schema
+  version, truncated files whose complete batches are kept, the loss reported) run
+  once, on the driver, where their messages can be reported; a data source would
+  repeat them in every worker and could only fail the job, not report;
+* Spark then reads Parquet natively (JVM, columnar, column pruning, splittable), while
+  a Python data source pushes every row through a Python worker on every pass;
+* the staged copy is plain Parquet that any tool can open.
+
+The cost is one sequential pass with pyarrow, a few percent of the analysis (see
+bench/analyze_scaling.py). Hops are partitioned by broker (hive style,
+`hops/broker=3/`), one file per trace file; the clients' tables are one file per
+trace file. For a cluster of several hosts RUN_DIR must be on storage every
+executor can read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from monitor.schema import SCHEMAS
+from monitor.traces import TraceError, read_file, trace_files
+
+TABLES = ("hops", "deliveries", "publications")
+
+
+@dataclass
+class Staged:
+    root: Path  # root / TABLE holds the Parquet files of TABLE
+    rows: dict[str, int] = field(default_factory=dict)
+    files: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def stage_traces(run_dir: Path, root: Path) -> Staged:
+    """Convert RUN_DIR/traces/*.arrow into Parquet under `root` (replacing it).
+
+    Files are converted in parallel threads (pyarrow releases the GIL while it reads
+    and writes). Raises TraceError when a table has no trace files, a file is of
+    another schema version, or no hop row at all could be read.
+    """
+    files = {table: trace_files(run_dir, table) for table in TABLES}
+    missing = [table for table, paths in files.items() if not paths]
+    if missing:
+        raise TraceError(
+            f"{run_dir / 'traces'}: no trace files for {', '.join(missing)} "
+            f"(expected {', '.join(f'{t}-*.arrow' for t in missing)}; does `hop replay` "
+            "write into this RUN_DIR?)"
+        )
+    shutil.rmtree(root, ignore_errors=True)
+    jobs = [(table, path) for table, paths in files.items() for path in paths]
+    with ThreadPoolExecutor(os.cpu_count()) as pool:
+        results = list(pool.map(lambda job: _convert(*job, root), jobs))
+    staged = Staged(root)
+    for table in TABLES:
+        staged.files[table] = len(files[table])
+        staged.rows[table] = sum(
+            rows for (t, _), (rows, _) in zip(jobs, results, strict=True) if t == table
+        )
+    staged.problems = [problem for _, problem in results if problem]
+    if staged.rows["hops"] == 0:
+        raise TraceError(f"{run_dir / 'traces'}: no complete hop rows in any hops file")
+    for table in TABLES:
+        if staged.rows[table] == 0:  # still a table Spark can read, with no rows
+            (root / table).mkdir(parents=True, exist_ok=True)
+            pq.write_table(SCHEMAS[table].empty_table(), root / table / "empty.parquet")
+    return staged
+
+
+def _convert(table: str, path: Path, root: Path) -> tuple[int, str | None]:
+    """One trace file to Parquet: its row count and the problem met, if any."""
+    batches, problem = read_file(path, table)
+    data = pa.Table.from_batches(batches, schema=SCHEMAS[table])
+    if not data.num_rows:
+        return 0, problem
+    if table == "hops":
+        ds.write_dataset(
+            data,
+            root / table,
+            format="parquet",
+            partitioning=["broker"],
+            partitioning_flavor="hive",
+            basename_template=f"{path.stem}-{{i}}.parquet",
+            existing_data_behavior="overwrite_or_ignore",
+        )
+    else:
+        (root / table).mkdir(parents=True, exist_ok=True)
+        pq.write_table(data, root / table / f"{path.stem}.parquet")
+    return data.num_rows, problem

@@ -1,0 +1,100 @@
+"""The Spark session used by `hop analyze`, its benchmark and its tests.
+
+Defaults fit one small machine: `local[*]`, few shuffle partitions, no web UI,
+error-level logs, Python workers on the running interpreter (not whatever
+`python3` is first on PATH), and, when the master is local or on loopback, every
+Spark socket bound to 127.0.0.1. `master` passes through to a real cluster
+(`spark://HOST:7077`, `yarn`, ...).
+
+Under `spark-submit` the JVM is already running with the submitter's
+configuration (`--master`, `--conf`, `--driver-memory`): then only settings the
+submitter did not make are added.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from urllib.parse import urlparse
+
+from pyspark.sql import SparkSession
+
+SHUFFLE_PARTITIONS = 4
+DRIVER_MEMORY = "3g"  # local mode: the driver JVM also runs the tasks
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+# Error-level logs to stderr from the JVM's start on (`setLogLevel` comes too late to
+# hide the start-up warnings).
+_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+"""
+
+
+def is_local(master: str) -> bool:
+    """True for `local`, `local[N]` and masters on a loopback address."""
+    return master.startswith("local") or urlparse(master).hostname in LOOPBACK
+
+
+def under_spark_submit() -> bool:
+    """True when this Python process was started by `spark-submit` (the JVM runs already)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_session(
+    master: str | None = None,
+    app_name: str = "hop-analyze",
+    shuffle_partitions: int = SHUFFLE_PARTITIONS,
+    java_options: str = "",
+) -> SparkSession:
+    """A new (or the running) Spark session; `master` defaults to `local[*]`.
+
+    `java_options` go to the driver JVM (tests use `-XX:TieredStopAtLevel=1`: on tiny
+    data a JVM that only compiles quickly finishes sooner).
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if under_spark_submit():
+        spark = SparkSession.builder.appName(app_name).getOrCreate()
+        _default(spark, "spark.sql.shuffle.partitions", str(shuffle_partitions))
+        spark.sparkContext.setLogLevel("ERROR")
+        return spark
+
+    master = master or "local[*]"
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    )
+    if master.startswith("local"):
+        builder = builder.config("spark.driver.memory", DRIVER_MEMORY)
+    if is_local(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
+    with tempfile.TemporaryDirectory(prefix="hop-spark-") as tmp:
+        log_config = Path(tmp) / "log4j2.properties"
+        log_config.write_text(_LOG4J2)
+        builder = builder.config(
+            "spark.driver.extraJavaOptions",
+            f"-Dlog4j2.configurationFile=file:{log_config} {java_options}".strip(),
+        )
+        spark = builder.getOrCreate()  # log4j reads its file once, at the JVM's start
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _default(spark: SparkSession, key: str, value: str) -> None:
+    """Set a runtime SQL option unless the submitter's configuration has it."""
+    if not spark.sparkContext.getConf().contains(key):
+        spark.conf.set(key, value)

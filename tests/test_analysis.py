@@ -1,0 +1,682 @@
+"""`hop analyze` (monitor.analysis): every table against an independent computation.
+
+`reference()` recomputes all six tables from the Arrow trace files with plain Python
+and numpy (visit ratios by fixed-point iteration instead of a linear solve,
+percentiles by numpy's nearest-rank method, the service-time fit by np.polyfit), and
+the tests compare Spark's Parquet output with it cell by cell, on hand-built traces
+with answers worked out by hand, on a truncated trace, on a real replay, and on a
+Spark standalone cluster started on loopback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from monitor.analysis import analyze, main
+from monitor.schema import DELIVERIES, HOPS, PUBLICATIONS
+from monitor.traces import TraceError, read_table
+from tests.network import REPO
+from tests.test_replay import run_replay, small_study
+
+S = 1_800_000_000 * 10**9  # the measurement window: [S, E)
+E = S + 10 * 10**9
+PHASES = {
+    "start_ns": S - 2 * 10**9,
+    "measure_start_ns": S,
+    "measure_end_ns": E,
+    "drain_end_ns": E + 2 * 10**9,
+}
+MS = 1_000_000
+KEYS = {
+    "routing_probabilities": ["event_type", "publisher", "from_broker", "to_broker"],
+    "visit_ratios": ["event_type", "publisher", "broker"],
+    "paths": ["event_type", "publisher", "path", "subscriber_broker"],
+    "trees": ["event_type", "publisher", "home_broker", "tree"],
+    "brokers": ["broker", "event_type"],
+    "latency": ["publisher", "subscriber"],
+}
+
+
+# -- hand-built traces ----------------------------------------------------------------
+
+
+@dataclass
+class Hop:
+    broker: str
+    from_node: str
+    to_nodes: list[str] = field(default_factory=list)
+    delivered_to: list[str] = field(default_factory=list)
+    cpu_ns: int = 100_000
+
+
+@dataclass
+class Event:
+    event_id: str
+    publisher: str
+    t_publish_ns: int
+    hops: list[Hop]
+    event_type: str = "callForOffers"
+
+
+def hop(broker: str, sender: str, to: str = "", deliver: str = "", cpu_us: int = 100) -> Hop:
+    """A hop row in short: `to` and `deliver` are space-separated lists."""
+    return Hop(broker, sender, to.split(), deliver.split(), cpu_us * 1000)
+
+
+# Brokers: 1 is the root, 2 and 3 its children, 4 and 5 children of 2. pubA publishes at
+# broker 4, pubB at broker 3. e4 forks at broker 2 into two branches (to 4 and 5).
+EVENTS = [
+    Event(
+        "pubA:1",
+        "pubA",
+        S + 1 * 10**9,
+        [
+            hop("4", "client:pubA", to="2", cpu_us=100),
+            hop("2", "4", to="1", deliver="sub2a", cpu_us=210),
+            hop("1", "2", to="3", cpu_us=300),
+            hop("3", "1", deliver="sub3a sub3b", cpu_us=400),
+        ],
+    ),
+    Event(
+        "pubA:2",
+        "pubA",
+        S + 2 * 10**9,
+        [
+            hop("4", "client:pubA", to="2", cpu_us=120),
+            hop("2", "4", to="1", deliver="sub2a", cpu_us=220),
+            hop("1", "2", cpu_us=310),
+        ],
+    ),
+    Event(
+        "pubA:3",
+        "pubA",
+        S + 3 * 10**9,
+        [
+            hop("4", "client:pubA", to="2", deliver="sub4a", cpu_us=130),
+            hop("2", "4", to="1", cpu_us=230),
+            hop("1", "2", to="3", cpu_us=320),
+            hop("3", "1", deliver="sub3a", cpu_us=410),
+        ],
+    ),
+    Event(
+        "pubB:1",
+        "pubB",
+        S + 4 * 10**9,
+        [
+            hop("3", "client:pubB", to="1", cpu_us=140),
+            hop("1", "3", to="2", cpu_us=330),
+            hop("2", "1", to="4 5", deliver="sub2a", cpu_us=240),
+            hop("4", "2", deliver="sub4a", cpu_us=150),
+            hop("5", "2", deliver="sub5a", cpu_us=500),
+        ],
+    ),
+    Event(  # published during the warm-up
+        "pubA:0",
+        "pubA",
+        S - 1 * 10**9,
+        [hop("4", "client:pubA", to="2", cpu_us=160), hop("2", "4", deliver="sub2a", cpu_us=250)],
+    ),
+    Event(  # published after the window, delivered in the drain
+        "pubB:2",
+        "pubB",
+        E + 5 * 10**8,
+        [hop("3", "client:pubB", deliver="sub3a", cpu_us=170)],
+    ),
+]
+
+
+def path_to(event: Event, broker: str) -> list[str]:
+    """Brokers from the event's home broker to `broker`, following from_node back."""
+    by_broker = {h.broker: h for h in event.hops}
+    path = [broker]
+    while not by_broker[path[0]].from_node.startswith("client:"):
+        path.insert(0, by_broker[path[0]].from_node)
+    return path
+
+
+def write_stream(path: Path, rows: list[dict[str, Any]], schema: pa.Schema, batch: int) -> None:
+    with pa.ipc.new_stream(str(path), schema) as writer:
+        writer.write_table(pa.Table.from_pylist(rows, schema=schema), max_chunksize=batch)
+
+
+def write_run(run_dir: Path, events: list[Event], batch: int = 1000) -> Path:
+    """Trace files as `hop replay` writes them (one hops file per broker), and a manifest.
+    A hop arrives 1 ms per broker after publication; a delivery takes 1 ms per broker
+    on its path plus 10 us per place in the broker's delivery list."""
+    traces = run_dir / "traces"
+    traces.mkdir(parents=True)
+    hops: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    deliveries, publications = [], []
+    for event in events:
+        home = next(h.broker for h in event.hops if h.from_node.startswith("client:"))
+        publications.append(
+            {
+                "run_id": "hand",
+                "event_id": event.event_id,
+                "publisher": event.publisher,
+                "broker": home,
+                "event_type": event.event_type,
+                "t_publish_ns": event.t_publish_ns,
+                "size_bytes": 100,
+                "attributes": "{}",
+            }
+        )
+        for h in event.hops:
+            path = path_to(event, h.broker)
+            t_arrival = event.t_publish_ns + len(path) * MS
+            hops[h.broker].append(
+                {
+                    "run_id": "hand",
+                    "event_id": event.event_id,
+                    "event_type": event.event_type,
+                    "publisher": event.publisher,
+                    "broker": h.broker,
+                    "from_node": h.from_node,
+                    "to_nodes": h.to_nodes,
+                    "delivered_to": h.delivered_to,
+                    "decision": "routed",
+                    "drop_reason": "",
+                    "t_arrival_ns": t_arrival,
+                    "t_start_ns": t_arrival + 10_000,
+                    "t_done_ns": t_arrival + 10_000 + h.cpu_ns + 20_000,
+                    "wait_ns": 10_000,
+                    "cpu_ns": h.cpu_ns,
+                    "hops_before": len(path) - 1,
+                }
+            )
+            for place, subscriber in enumerate(h.delivered_to):
+                deliveries.append(
+                    {
+                        "run_id": "hand",
+                        "event_id": event.event_id,
+                        "publisher": event.publisher,
+                        "subscriber": subscriber,
+                        "subscription_ids": [1],
+                        "broker": h.broker,
+                        "path": path,
+                        "t_publish_ns": event.t_publish_ns,
+                        "t_deliver_ns": event.t_publish_ns + len(path) * MS + place * 10_000,
+                    }
+                )
+    for broker, rows in hops.items():
+        write_stream(traces / f"hops-broker{broker}-1.arrow", rows, HOPS, batch)
+    write_stream(traces / "deliveries-clients-1.arrow", deliveries, DELIVERIES, batch)
+    write_stream(traces / "publications-clients-1.arrow", publications, PUBLICATIONS, batch)
+    (run_dir / "manifest.json").write_text(json.dumps({"phases": PHASES}))
+    return run_dir
+
+
+# -- the independent computation ------------------------------------------------------
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q, method="inverted_cdf"))
+
+
+def reference(run_dir: Path, window: str = "measure") -> dict[str, dict[tuple, dict]]:
+    """All six tables, keyed like KEYS, from the Arrow files with Python and numpy."""
+    phases = json.loads((run_dir / "manifest.json").read_text())["phases"]
+    start, end = (
+        (phases["measure_start_ns"], phases["measure_end_ns"])
+        if window == "measure"
+        else (phases["start_ns"], phases["drain_end_ns"])
+    )
+    seconds = (end - start) / 1e9
+    events = {
+        p["event_id"]: p
+        for p in read_table(run_dir, "publications").table.to_pylist()
+        if start <= p["t_publish_ns"] < end
+    }
+    hops = [h for h in read_table(run_dir, "hops").table.to_pylist() if h["event_id"] in events]
+    deliveries = [
+        d for d in read_table(run_dir, "deliveries").table.to_pylist() if d["event_id"] in events
+    ]
+    published = Counter((p["event_type"], p["publisher"]) for p in events.values())
+
+    arrived: Counter[tuple] = Counter()
+    entered: Counter[tuple] = Counter()
+    forwarded: Counter[tuple] = Counter()
+    for h in hops:
+        cls = (h["event_type"], h["publisher"])
+        arrived[(*cls, h["broker"])] += 1
+        entered[(*cls, h["broker"])] += h["from_node"].startswith("client:")
+        for to in h["to_nodes"]:
+            forwarded[(*cls, h["broker"], to)] += 1
+    routing = {
+        key: {"forwarded": n, "arrived": arrived[key[:3]], "probability": n / arrived[key[:3]]}
+        for key, n in forwarded.items()
+    }
+
+    visit_ratios = {}
+    for cls in {key[:2] for key in arrived}:
+        brokers = sorted(
+            {k[2] for k in arrived if k[:2] == cls} | {k[3] for k in routing if k[:2] == cls}
+        )
+        index = {b: i for i, b in enumerate(brokers)}
+        nu = np.zeros((len(brokers), len(brokers)))
+        for (*c, i, j), row in routing.items():
+            if tuple(c) == cls:
+                nu[index[i], index[j]] = row["probability"]
+        e = np.array([entered[(*cls, b)] for b in brokers], dtype=float)
+        e /= e.sum()
+        v = e.copy()
+        for _ in range(len(brokers) + 1):  # acyclic: exact after depth iterations
+            v = e + v @ nu
+        rate = published[cls] / seconds
+        for b in brokers:
+            visits = arrived[(*cls, b)]
+            visit_ratios[(*cls, b)] = {
+                "visit_ratio_solved": v[index[b]],
+                "visit_ratio_counted": visits / published[cls],
+                "arrival_rate": rate * v[index[b]],
+                "arrival_rate_counted": visits / seconds,
+                "visits": visits,
+                "publications": published[cls],
+            }
+
+    brokers = {}
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for h in hops:
+        groups[(h["broker"], h["event_type"])].append(h)
+    for key, rows in groups.items():
+        cpu = np.array([r["cpu_ns"] for r in rows], dtype=float)
+        sends = np.array([len(r["to_nodes"]) + len(r["delivered_to"]) for r in rows], float)
+        row = {
+            "arrivals": len(rows),
+            "throughput": len(rows) / seconds,
+            "cpu_mean_ns": cpu.mean(),
+            "cpu_p50_ns": pct(cpu, 50),
+            "cpu_p90_ns": pct(cpu, 90),
+            "utilization": cpu.sum() / (end - start),
+            "mean_fanout": sends.mean(),
+            "mean_forwards": np.mean([len(r["to_nodes"]) for r in rows]),
+            "wait_mean_ns": np.mean([r["wait_ns"] for r in rows]),
+            "residence_mean_ns": np.mean([r["t_done_ns"] - r["t_arrival_ns"] for r in rows]),
+        }
+        if sends.var() > 0:
+            row["cpu_per_send_ns"], row["cpu_base_ns"] = np.polyfit(sends, cpu, 1)
+        brokers[key] = row
+
+    per_event: dict[str, list[dict]] = defaultdict(list)
+    for h in hops:
+        per_event[h["event_id"]].append(h)
+    tree_events: Counter[tuple] = Counter()
+    for rows in per_event.values():
+        home = next(r["broker"] for r in rows if r["from_node"].startswith("client:"))
+        tree = tuple(sorted(f"{r['broker']}>{to}" for r in rows for to in r["to_nodes"]))
+        tree_events[(rows[0]["event_type"], rows[0]["publisher"], home, tree)] += 1
+    trees = {}
+    for (et, pub, home, tree), n in tree_events.items():
+        p = 1.0
+        for broker in {home} | {edge.split(">")[1] for edge in tree}:
+            for (*c, i, j), row in routing.items():
+                if c == [et, pub] and i == broker:
+                    nu = row["probability"]
+                    p *= nu if f"{i}>{j}" in tree else 1 - nu
+        trees[(et, pub, home, tree)] = {
+            "events": n,
+            "share": n / published[(et, pub)],
+            "share_independent": p,  # one home broker per class here
+            "edges": len(tree),
+        }
+
+    path_events: dict[tuple, set] = defaultdict(set)
+    path_latency: dict[tuple, list] = defaultdict(list)
+    pair_latency: dict[tuple, list] = defaultdict(list)
+    pair_hops: dict[tuple, list] = defaultdict(list)
+    for d in deliveries:
+        key = (events[d["event_id"]]["event_type"], d["publisher"], tuple(d["path"]), d["broker"])
+        ms = (d["t_deliver_ns"] - d["t_publish_ns"]) / 1e6
+        path_events[key].add(d["event_id"])
+        path_latency[key].append(ms)
+        pair_latency[(d["publisher"], d["subscriber"])].append(ms)
+        pair_hops[(d["publisher"], d["subscriber"])].append(len(d["path"]))
+    paths = {
+        key: {
+            "events": len(ids),
+            "share": len(ids) / published[key[:2]],
+            "deliveries": len(path_latency[key]),
+            "mean_ms": np.mean(path_latency[key]),
+            "hops": len(key[2]),
+        }
+        for key, ids in path_events.items()
+    }
+    latency = {
+        key: {
+            "deliveries": len(ms),
+            "mean_ms": np.mean(ms),
+            "p50_ms": pct(ms, 50),
+            "p90_ms": pct(ms, 90),
+            "p99_ms": pct(ms, 99),
+            "std_ms": np.std(ms),
+            "hops": max(pair_hops[key]),
+            "hops_min": min(pair_hops[key]),
+        }
+        for key, ms in pair_latency.items()
+    }
+    return {
+        "routing_probabilities": routing,
+        "visit_ratios": visit_ratios,
+        "paths": paths,
+        "trees": trees,
+        "brokers": brokers,
+        "latency": latency,
+    }
+
+
+# -- comparing ------------------------------------------------------------------------
+
+
+def output(run_dir: Path, name: str) -> list[dict[str, Any]]:
+    return pq.read_table(run_dir / "analysis" / f"{name}.parquet").to_pylist()
+
+
+def keyed(run_dir: Path, name: str) -> dict[tuple, dict[str, Any]]:
+    def key(value: Any) -> Any:
+        return tuple(value) if isinstance(value, list) else value
+
+    return {tuple(key(r[k]) for k in KEYS[name]): r for r in output(run_dir, name)}
+
+
+def assert_matches_reference(run_dir: Path, window: str = "measure") -> None:
+    expected = reference(run_dir, window)
+    for name, rows in expected.items():
+        got = keyed(run_dir, name)
+        assert set(got) == set(rows), name
+        for key, values in rows.items():
+            for column, value in values.items():
+                assert got[key][column] == pytest.approx(value, rel=1e-9, abs=1e-9), (
+                    name,
+                    key,
+                    column,
+                )
+
+
+def assert_same_outputs(a: Path, b: Path) -> None:
+    for name in KEYS:
+        rows_a, rows_b = output(a, name), output(b, name)
+        assert len(rows_a) == len(rows_b), name
+        for ra, rb in zip(rows_a, rows_b, strict=True):
+            assert ra.keys() == rb.keys()
+            for column, value in ra.items():
+                expected = pytest.approx(value, rel=1e-12) if isinstance(value, float) else value
+                assert rb[column] == expected, (name, column)
+
+
+# -- tests ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hand_analysis(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The hand-built run (EVENTS) analyzed in local mode, once for this module."""
+    run = write_run(tmp_path_factory.mktemp("hand") / "run", EVENTS)
+    return analyze(run, spark=spark)
+
+
+def test_hand_built_traces_give_the_worked_answers(
+    spark: Any, hand_analysis: dict[str, Any], tmp_path: Path
+) -> None:
+    summary = hand_analysis
+    hand_run = Path(summary["run_dir"])
+    assert summary["warnings"] == [] and summary["problems"] == []
+    assert summary["used"] == {"events": 4, "hops": 16}
+    assert summary["tables"] == {
+        "routing_probabilities": 7,
+        "visit_ratios": 9,
+        "paths": 6,
+        "trees": 3,
+        "brokers": 5,
+        "latency": 7,
+    }
+    assert_matches_reference(hand_run)
+
+    cls = ("callForOffers", "pubA")
+    routing = keyed(hand_run, "routing_probabilities")
+    assert routing[(*cls, "1", "3")]["probability"] == pytest.approx(2 / 3)
+    assert routing[(*cls, "4", "2")]["probability"] == 1.0
+    visits = keyed(hand_run, "visit_ratios")
+    assert visits[(*cls, "3")]["visit_ratio_solved"] == pytest.approx(2 / 3)
+    assert visits[(*cls, "3")]["visit_ratio_counted"] == pytest.approx(2 / 3)
+    assert visits[(*cls, "3")]["arrival_rate"] == pytest.approx(0.3 * 2 / 3)  # 3 events / 10 s
+
+    trees = keyed(hand_run, "trees")
+    assert trees[(*cls, "4", ("1>3", "2>1", "4>2"))]["share"] == pytest.approx(2 / 3)
+    assert trees[(*cls, "4", ("2>1", "4>2"))]["share_independent"] == pytest.approx(1 / 3)
+    fork = trees[("callForOffers", "pubB", "3", ("1>2", "2>4", "2>5", "3>1"))]
+    assert fork["events"] == 1 and fork["share"] == 1.0
+
+    paths = keyed(hand_run, "paths")
+    b = ("callForOffers", "pubB")
+    assert {k[2] for k in paths if k[:2] == b} == {
+        ("3", "1", "2"),
+        ("3", "1", "2", "4"),
+        ("3", "1", "2", "5"),
+    }
+    to_3 = paths[(*cls, ("4", "2", "1", "3"), "3")]
+    assert (to_3["events"], to_3["deliveries"], to_3["share"]) == (2, 3, pytest.approx(2 / 3))
+
+    broker2 = keyed(hand_run, "brokers")[("2", "callForOffers")]
+    assert broker2["arrivals"] == 4 and broker2["throughput"] == pytest.approx(0.4)
+    assert (broker2["cpu_p50_ns"], broker2["cpu_p90_ns"]) == (220_000, 240_000)
+    assert broker2["utilization"] == pytest.approx(900_000 / 10e9)
+    assert broker2["mean_fanout"] == 2.0
+    assert broker2["cpu_per_send_ns"] == pytest.approx(5_000)
+    assert broker2["cpu_base_ns"] == pytest.approx(215_000)
+
+    latency = keyed(hand_run, "latency")
+    assert latency[("pubA", "sub3b")]["mean_ms"] == pytest.approx(4.01)
+    assert latency[("pubA", "sub3a")]["hops"] == 4
+
+    whole = tmp_path / "all"
+    shutil.copytree(hand_run / "traces", whole / "traces")
+    shutil.copy(hand_run / "manifest.json", whole)
+    summary = analyze(whole, spark=spark, window="all")
+    assert summary["used"]["events"] == 6
+    assert_matches_reference(whole, "all")
+    visits = keyed(whole, "visit_ratios")
+    assert visits[(*cls, "3")]["visit_ratio_solved"] == pytest.approx(0.5)  # 3/4 * 2/3
+
+
+def test_truncated_trace_keeps_complete_batches_and_warns(spark: Any, tmp_path: Path) -> None:
+    run = write_run(tmp_path / "cut", EVENTS, batch=1)
+    broker1 = run / "traces" / "hops-broker1-1.arrow"
+    data = broker1.read_bytes()
+    broker1.write_bytes(data[:-40])  # broker 1 killed while writing its last row (pubB:1)
+    summary = analyze(run, spark=spark)
+    [problem] = summary["problems"]
+    assert "hops-broker1-1.arrow: truncated after 3 rows" in problem
+    assert summary["trace_rows"]["hops"] == len([h for e in EVENTS for h in e.hops]) - 1
+    assert_matches_reference(run)
+    # pubB's event was forwarded 3 -> 1, but broker 1's record of it is lost.
+    assert any(
+        "pubB) at broker 1: solved visit ratio 1.0000 vs counted 0.0000" in w
+        for w in summary["warnings"]
+    )
+
+
+def test_bad_input_is_refused_with_a_clear_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty"
+    (empty / "traces").mkdir(parents=True)
+    (empty / "manifest.json").write_text(json.dumps({"phases": PHASES}))
+    with pytest.raises(TraceError, match="no trace files for hops, deliveries, publications"):
+        analyze(empty)
+    assert main([str(empty)]) == 2
+    assert "hop analyze:" in capsys.readouterr().err
+
+    run = write_run(tmp_path / "foreign", EVENTS[:1])
+    other = HOPS.with_metadata({b"hop.trace.version": b"0", b"hop.trace.table": b"hops"})
+    with pa.ipc.new_stream(str(run / "traces" / "hops-broker9-1.arrow"), other) as writer:
+        writer.write_table(pa.Table.from_pylist([], schema=other))
+    with pytest.raises(TraceError, match="hops-broker9-1.arrow: trace schema version 0"):
+        analyze(run)
+
+    (run / "manifest.json").unlink()
+    with pytest.raises(TraceError, match="manifest.json: missing"):
+        analyze(run)
+    with pytest.raises(TraceError, match="unknown window"):
+        analyze(run, window="warmup")
+
+
+@pytest.mark.integration
+def test_replay_hierarchical(spark: Any, tmp_path: Path) -> None:
+    path, study = small_study(tmp_path, "hierarchical")
+    run = tmp_path / "run"
+    result = run_replay(path, run)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = analyze(run, spark=spark)
+    assert summary["warnings"] == [] and summary["problems"] == []
+    assert_matches_reference(run)
+
+    for row in output(run, "visit_ratios"):  # the thesis' traffic equations hold exactly
+        assert row["visit_ratio_solved"] == pytest.approx(row["visit_ratio_counted"], abs=1e-12)
+    shares: Counter[str] = Counter()
+    branching = False
+    for row in output(run, "trees"):
+        shares[row["publisher"]] += row["share"]
+        senders = Counter(edge.split(">")[0] for edge in row["tree"])
+        branching |= max(senders.values(), default=0) >= 2
+    assert all(total == pytest.approx(1.0) for total in shares.values())
+    assert branching  # some event forked into two branches
+    topology = study.topology
+    for row in output(run, "paths"):
+        home, target = int(row["path"][0]), int(row["subscriber_broker"])
+        assert row["path"] == [str(b) for b in topology.tree_path(home, target)]
+
+
+# -- a standalone cluster on loopback -------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "Spark daemon exited"
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
+
+
+def children(pid: int) -> list[int]:
+    """PIDs whose parent is `pid` (the worker's executors)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a daemon we started and any child it left, by PID."""
+    leftovers = children(proc.pid)
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for pid in leftovers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def standalone_cluster(tmp_path: Path) -> Iterator[str]:
+    """One master and one worker of the pyspark installation, bound to 127.0.0.1."""
+    import pyspark
+
+    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(tmp_path / "w")}
+    port, master_ui, worker_ui = free_port(), free_port(), free_port()
+    url = f"spark://127.0.0.1:{port}"
+    daemons: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = (tmp_path / f"{name}.log").open("wb")
+        proc = subprocess.Popen([str(spark_class), *args], env=env, stdout=log, stderr=log)
+        daemons.append(proc)
+        return proc
+
+    try:
+        master = start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            *("--host", "127.0.0.1", "--port", str(port), "--webui-port", str(master_ui)),
+        )
+        wait_for_port(port, master)
+        start(
+            "worker",
+            "org.apache.spark.deploy.worker.Worker",
+            url,
+            *("--host", "127.0.0.1", "--webui-port", str(worker_ui), "--cores", "2"),
+            *("--memory", "1g"),
+        )
+        yield url
+    finally:
+        for proc in reversed(daemons):
+            stop(proc)
+
+
+@pytest.mark.integration
+def test_spark_submit_to_a_standalone_cluster_matches_local_mode(
+    hand_analysis: dict[str, Any], standalone_cluster: str, tmp_path: Path
+) -> None:
+    local = Path(hand_analysis["run_dir"])
+    clustered = tmp_path / "cluster"
+    shutil.copytree(local / "traces", clustered / "traces")
+    shutil.copy(local / "manifest.json", clustered)
+
+    import pyspark
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    quick_jit = "-XX:TieredStopAtLevel=1"  # tiny data: compile quickly, not well
+    result = subprocess.run(
+        [
+            str(submit),
+            *("--master", standalone_cluster, "--conf", "spark.ui.enabled=false"),
+            *("--conf", f"spark.driver.extraJavaOptions={quick_jit}"),
+            *("--conf", f"spark.executor.extraJavaOptions={quick_jit}"),
+            str(REPO / "monitor" / "analysis" / "__main__.py"),
+            str(clustered),
+        ],
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((clustered / "analysis" / "summary.json").read_text())
+    assert summary["spark_master"] == standalone_cluster
+    assert summary["tables"] == hand_analysis["tables"]
+    assert_same_outputs(local, clustered)
