@@ -7,8 +7,8 @@ Spark socket bound to 127.0.0.1. `master` passes through to a real cluster
 (`spark://HOST:7077`, `yarn`, ...).
 
 Under `spark-submit` the JVM is already running with the submitter's
-configuration (`--master`, `--conf`, `--driver-memory`): then only settings the
-submitter did not make are added.
+configuration (`--master`, `--conf`, `--driver-memory`): then only the settings
+the submitter did not make are added.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 SHUFFLE_PARTITIONS = 4
@@ -57,44 +58,44 @@ def spark_session(
     """A new (or the running) Spark session; `master` defaults to `local[*]`.
 
     `java_options` go to the driver JVM (tests use `-XX:TieredStopAtLevel=1`: on tiny
-    data a JVM that only compiles quickly finishes sooner).
+    data a JVM that only compiles quickly finishes sooner). Under spark-submit, whose
+    JVM already runs, they and `master` are the submitter's business.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if under_spark_submit():
-        spark = SparkSession.builder.appName(app_name).getOrCreate()
-        _default(spark, "spark.sql.shuffle.partitions", str(shuffle_partitions))
-        spark.sparkContext.setLogLevel("ERROR")
-        return spark
-
-    master = master or "local[*]"
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-    )
-    if master.startswith("local"):
-        builder = builder.config("spark.driver.memory", DRIVER_MEMORY)
+    submitted = under_spark_submit()
+    if submitted:
+        conf = _submitted_conf()
+    else:
+        conf = SparkConf(loadDefaults=False).setMaster(master or "local[*]")
+    master = conf.get("spark.master", "local[*]")
+    defaults = {
+        "spark.app.name": app_name,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+    }
     if is_local(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = builder.config("spark.driver.host", "127.0.0.1").config(
-            "spark.driver.bindAddress", "127.0.0.1"
-        )
+        defaults |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    for key, value in defaults.items():
+        conf.setIfMissing(key, value)
+    if submitted:  # its log4j configuration is the submitter's; quiet once started
+        conf.setIfMissing("spark.log.level", "ERROR")
+        return SparkSession.builder.config(conf=conf).getOrCreate()
+    if master.startswith("local"):
+        conf.set("spark.driver.memory", DRIVER_MEMORY)
     with tempfile.TemporaryDirectory(prefix="hop-spark-") as tmp:
         log_config = Path(tmp) / "log4j2.properties"
         log_config.write_text(_LOG4J2)
-        builder = builder.config(
+        conf.set(
             "spark.driver.extraJavaOptions",
             f"-Dlog4j2.configurationFile=file:{log_config} {java_options}".strip(),
         )
-        spark = builder.getOrCreate()  # log4j reads its file once, at the JVM's start
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+        # log4j reads its file once, when the JVM starts
+        return SparkSession.builder.config(conf=conf).getOrCreate()
 
 
-def _default(spark: SparkSession, key: str, value: str) -> None:
-    """Set a runtime SQL option unless the submitter's configuration has it."""
-    if not spark.sparkContext.getConf().contains(key):
-        spark.conf.set(key, value)
+def _submitted_conf() -> SparkConf:
+    """The configuration spark-submit started the JVM with (--master, --conf, ...)."""
+    SparkContext._ensure_initialized()  # connects to the submitter's JVM
+    return SparkConf()

@@ -12,7 +12,7 @@ visit_ratios.parquet, one row per class x broker:
     entered, publications, publication_rate, relative_difference
 paths.parquet, one row per class x distinct delivery path:
     path (brokers, publisher's first), subscriber_broker, events, share (of the
-    class's publications), deliveries, mean_ms, hops, publications
+    class's publications), hops (brokers on the path), publications
 trees.parquet, one row per class x distinct dissemination tree:
     home_broker, tree (sorted "from>to" edges), events, share, share_independent
     (the tree's probability if brokers routed independently, thesis eq. 4.18),
@@ -103,7 +103,10 @@ def analyze(
     spark = spark or spark_session(master)
     cached: list[DataFrame] = []
     try:
+        t = time.perf_counter()
         tables, hops, warnings = _characterize(spark, staged.root, span, cached)
+        timings["solve_s"] = round(time.perf_counter() - t, 3)
+        say(f"counted routing decisions and solved the visit ratios ({timings['solve_s']} s)")
         for name, df in tables.items():
             t = time.perf_counter()
             df.repartition(1).sortWithinPartitions(*SORT[name]).write.mode("overwrite").parquet(
@@ -158,12 +161,13 @@ def _characterize(
     forwards = queries.forwards(decisions)
     solved, hops, warnings = _solve(spark, arrivals, forwards)
     routing = queries.routing_probabilities(forwards, arrivals)
-    cached.append(routing.persist())
+    shapes = queries.spell_out(queries.shapes(traces.hops), traces.hops)
+    cached += [routing.persist(), shapes.persist()]
     tables = {
         "routing_probabilities": routing,
         "visit_ratios": queries.visit_ratios(solved, arrivals, per_class, window),
-        "paths": queries.paths(traces.deliveries, per_class),
-        "trees": queries.independent_shares(queries.trees(traces.hops, per_class), routing),
+        "paths": queries.paths(shapes, per_class),
+        "trees": queries.independent_shares(queries.trees(shapes, per_class), routing),
         "brokers": queries.brokers(decisions, traces.hops, window),
         "latency": queries.latency(traces.deliveries),
     }
@@ -208,7 +212,8 @@ def _visit_ratio_warnings(visit_ratios: list[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line (also the spark-submit entry): exit 0 ok, 2 bad input, 1 failure."""
+    """Command line (also the spark-submit entry): exit 0 when done, 2 on bad input
+    (with a one-line message); other errors propagate."""
     parser = argparse.ArgumentParser(prog="hop analyze", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a run directory written by `hop replay`")
     parser.add_argument("--master", help="Spark master URL (default local[*])")

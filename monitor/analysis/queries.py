@@ -4,8 +4,9 @@ Each function takes the window's traces (or small tables derived from them) and
 returns one table; nothing here collects rows to the driver. The hop table is read
 in three passes: one aggregation by (class, broker, forwarding decision) that the
 routing tables and the brokers' sums come from, one by broker for service-time
-percentiles, and one shuffle by event for the dissemination trees. The deliveries
-are read twice: for latency per (publisher, subscriber) and for paths.
+percentiles, and one shuffle by event that finds the distinct event shapes (tree
+and delivering brokers) that trees and paths come from; a last look at one example
+event per shape spells the shapes out. The deliveries are read once, for latency.
 
 Percentiles are nearest-rank (numpy's `method="inverted_cdf"`: the smallest value
 with at least q of the values at or below it), from Spark's `percentile_approx` at
@@ -52,14 +53,14 @@ def in_window(traces: Traces, window: Window) -> Traces:
     """The events published in the window, with all their hops and deliveries.
 
     Hops get `entered` (the event came from a local publisher client, so this is its
-    home broker), `forwards` and `deliveries` (local ones); deliveries get the
-    event type (from the publication) and `latency_ms`. The window's publications
-    are broadcast: a hash lookup per row instead of a shuffle of every hop.
+    home broker), `forwards` and `deliveries` (local ones); deliveries get
+    `latency_ms`. The window's event ids are broadcast: a hash lookup per row instead
+    of a shuffle of every hop.
     """
     t = F.col("t_publish_ns")
     publications = traces.publications.where((t >= window.start_ns) & (t < window.end_ns))
-    events = F.broadcast(publications.select("event_id", "event_type"))
-    hops = traces.hops.join(events.select("event_id"), "event_id", "left_semi").select(
+    events = F.broadcast(publications.select("event_id"))
+    hops = traces.hops.join(events, "event_id", "left_semi").select(
         "event_id",
         *CLASS,
         "broker",
@@ -71,9 +72,8 @@ def in_window(traces: Traces, window: Window) -> Traces:
         "wait_ns",
         (F.col("t_done_ns") - F.col("t_arrival_ns")).alias("residence_ns"),
     )
-    deliveries = traces.deliveries.join(events, "event_id").select(
-        "event_id",
-        *CLASS,
+    deliveries = traces.deliveries.join(events, "event_id", "left_semi").select(
+        "publisher",
         "subscriber",
         "broker",
         "path",
@@ -216,23 +216,59 @@ def brokers(decisions: DataFrame, hops: DataFrame, window: Window) -> DataFrame:
     )
 
 
-def trees(hops: DataFrame, per_class: DataFrame) -> DataFrame:
+def shapes(hops: DataFrame) -> DataFrame:
+    """Per class: each distinct event shape (home broker, dissemination tree, brokers
+    that delivered locally), its number of events and one example event.
+
+    One shuffle of the hops by event, with fixed-width buffers: each event's shape is
+    the XOR of 64-bit hashes of its tokens ("^home", "from>to" per forward, "!broker"
+    per local delivery; no token repeats within an event). Equal hashes of different
+    shapes (about 2^-64 per pair) would merge them. The example's rows spell the
+    shape out again (`spell_out`).
+    """
+    zero = F.lit(0).cast("long")
+    own = F.when(F.col("entered"), F.xxhash64(F.lit("^"), F.col("broker"))).otherwise(zero)
+    own = own.bitwiseXOR(
+        F.when(F.col("deliveries") > 0, F.xxhash64(F.lit("!"), F.col("broker"))).otherwise(zero)
+    )
+    edges = F.transform("to_nodes", lambda to: F.xxhash64(F.col("broker"), F.lit(">"), to))
+    token = F.aggregate(edges, own, lambda acc, h: acc.bitwiseXOR(h))
+    return (
+        hops.where(F.col("entered") | (F.col("forwards") > 0) | (F.col("deliveries") > 0))
+        .groupBy("event_id", *CLASS)
+        .agg(F.bit_xor(token).alias("shape"))
+        .groupBy(*CLASS, "shape")
+        .agg(F.count("*").alias("events"), F.min("event_id").alias("example"))
+    )
+
+
+def spell_out(shapes: DataFrame, hops: DataFrame) -> DataFrame:
+    """`shapes` with `home_broker`, `tree` (sorted "from>to" edges) and `delivered`
+    (brokers with local deliveries), read from each shape's example event."""
+    examples = F.broadcast(shapes.select(F.col("example").alias("event_id")))
+    edges = F.transform("to_nodes", lambda to: F.concat(F.col("broker"), F.lit(">"), to))
+    spelled = (
+        hops.join(examples, "event_id", "left_semi")
+        .select("event_id", "entered", "deliveries", "broker", F.explode_outer(edges))
+        .groupBy(F.col("event_id").alias("example"))
+        .agg(
+            F.max(F.when(F.col("entered"), F.col("broker"))).alias("home_broker"),
+            F.array_sort(F.collect_list("col")).alias("tree"),
+            F.array_sort(F.collect_set(F.when(F.col("deliveries") > 0, F.col("broker")))).alias(
+                "delivered"
+            ),
+        )
+    )
+    return shapes.join(spelled, "example")
+
+
+def trees(shapes: DataFrame, per_class: DataFrame) -> DataFrame:
     """Per class: each distinct dissemination tree (its sorted "from>to" forwarding
     edges) with its home broker, how many events took it, and their share of the
     class's publications."""
-    edges = F.transform("to_nodes", lambda to: F.concat(F.col("broker"), F.lit(">"), to))
-    per_event = (
-        hops.where(F.col("entered") | (F.col("forwards") > 0))  # the rows a tree is made of
-        .select("event_id", *CLASS, "entered", "broker", F.explode_outer(edges).alias("edge"))
-        .groupBy("event_id", *CLASS)
-        .agg(
-            F.array_sort(F.collect_list("edge")).alias("tree"),
-            F.max(F.when(F.col("entered"), F.col("broker"))).alias("home_broker"),
-        )
-    )
     counts = (
-        per_event.groupBy(*CLASS, "home_broker", "tree")
-        .agg(F.count("*").alias("events"))
+        shapes.groupBy(*CLASS, "home_broker", "tree")
+        .agg(F.sum("events").alias("events"))
         .withColumn("edges", F.size("tree"))
     )
     return _share(counts, per_class)
@@ -279,13 +315,19 @@ def independent_shares(trees: DataFrame, routing: DataFrame) -> DataFrame:
     )
 
 
-def paths(deliveries: DataFrame, per_class: DataFrame) -> DataFrame:
+def paths(shapes: DataFrame, per_class: DataFrame) -> DataFrame:
     """Per class: each distinct delivery path (publisher's broker first) and the events
-    that took it (an event delivered to two subscribers of one broker took it once)."""
-    counts = deliveries.groupBy(*CLASS, "path", F.col("broker").alias("subscriber_broker")).agg(
-        F.countDistinct("event_id").alias("events"),
-        F.count("*").alias("deliveries"),
-        F.avg("latency_ms").alias("mean_ms"),
+    that took it: the route in the event's tree from its home broker to a broker that
+    delivered it locally (an event delivered to two subscribers of one broker took
+    that path once). Where hop records are missing (a truncated trace) a route that
+    cannot be followed back to the home broker starts where the records stop."""
+    per_target = shapes.select(
+        *CLASS, "home_broker", "tree", "events", F.explode("delivered").alias("subscriber_broker")
+    )
+    counts = (
+        per_target.withColumn("path", _route("tree", "home_broker", "subscriber_broker"))
+        .groupBy(*CLASS, "path", "subscriber_broker")
+        .agg(F.sum("events").alias("events"))
     )
     return _share(counts, per_class).select(
         *CLASS,
@@ -293,11 +335,24 @@ def paths(deliveries: DataFrame, per_class: DataFrame) -> DataFrame:
         "subscriber_broker",
         "events",
         "share",
-        "deliveries",
-        "mean_ms",
         F.size("path").alias("hops"),
         "publications",
     )
+
+
+def _route(tree: str, home: str, target: str) -> Column:
+    """Brokers from `home` to `target` along the tree's edges, found by following each
+    broker's incoming edge back from `target` (stops early if the tree is broken)."""
+
+    def sender(node: Column) -> Column:
+        incoming = F.filter(tree, lambda edge: F.substring_index(edge, ">", -1) == node)
+        return F.substring_index(F.try_element_at(incoming, F.lit(1)), ">", 1)
+
+    def step(route: Column, _: Column) -> Column:
+        done = (route[0] == F.col(home)) | sender(route[0]).isNull()
+        return F.when(done, route).otherwise(F.concat(F.array(sender(route[0])), route))
+
+    return F.aggregate(F.sequence(F.lit(0), F.size(tree)), F.array(F.col(target)), step)
 
 
 def latency(deliveries: DataFrame) -> DataFrame:
