@@ -7,6 +7,13 @@ on the same events, medians over repetitions:
 * ``mixed``: 3-5 constraints on 5 attributes: most filters start with an equality on
   ``family`` (200 values) or ``region`` (20 values), the rest are ranges (one-sided or
   intervals) on ``price``, ``quantity`` and ``rating``; 10 % have no equality at all.
+  Its value domains are fixed, so matches per event grow as fast as the table;
+* ``mixed-growing``: the same shapes, but the domains grow with the table (one
+  family per 5 subscriptions, one region per 50) and every filter has its equality:
+  more subscribers bring more distinct interests, as in the case study where each
+  store subscribes to its own families. Matches per event stay about constant, so
+  this is the workload on which "time per event grows far less than the table"
+  can be checked; on ``mixed`` the output alone grows 10x per 10x.
 
 The baseline's answers are compared with the index's on every baseline event, so a
 fast but wrong index cannot report a number. Run: ``python -m bench.matching``.
@@ -17,12 +24,11 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from bench.common import median, timed, write_result
 from routing import Filter, MatchIndex, parse_filter
-
-REGIONS = [f"R{i:02d}" for i in range(20)]
 
 
 def equality_filter(rng: random.Random) -> str:
@@ -50,41 +56,60 @@ def _range(rng: random.Random, name: str, low: float, high: float, as_int: bool)
     return [f"{name} >= {value(start)}", f"{name} <= {value(start + width)}"]
 
 
-def mixed_filter(rng: random.Random) -> str:
-    parts: list[str] = []
-    roll = rng.random()
-    if roll < 0.7:
-        parts.append(f"family = {rng.randint(1, 200)}")
-    elif roll < 0.9:
-        parts.append(f'region = "{rng.choice(REGIONS)}"')
-    ranges = [
-        ("price", 0.0, 1000.0, False),
-        ("quantity", 1, 500, True),
-        ("rating", 0.0, 5.0, False),
-    ]
-    rng.shuffle(ranges)
-    for spec in ranges:
-        if len(parts) >= 5 or (len(parts) >= 3 and rng.random() < 0.5):
-            break
-        parts += _range(rng, *spec)
-    return " and ".join(parts[:5])
+class Mixed:
+    """Filters and events of a mixed workload with `families` and `regions` values;
+    `range_only` is the share of filters without an equality constraint."""
+
+    def __init__(self, families: int, regions: int, range_only: float) -> None:
+        self.families = families
+        self.regions = [f"R{i:02d}" for i in range(regions)]
+        self.range_only = range_only
+
+    def filter(self, rng: random.Random) -> str:
+        parts: list[str] = []
+        roll = rng.random() / (1 - self.range_only)  # >= 1 for the range-only share
+        if roll < 0.7 / 0.9:
+            parts.append(f"family = {rng.randint(1, self.families)}")
+        elif roll < 1:
+            parts.append(f'region = "{rng.choice(self.regions)}"')
+        ranges = [
+            ("price", 0.0, 1000.0, False),
+            ("quantity", 1, 500, True),
+            ("rating", 0.0, 5.0, False),
+        ]
+        rng.shuffle(ranges)
+        for spec in ranges:
+            if len(parts) >= 5 or (len(parts) >= 3 and rng.random() < 0.5):
+                break
+            parts += _range(rng, *spec)
+        return " and ".join(parts[:5])
+
+    def event(self, rng: random.Random) -> dict[str, Any]:
+        return {
+            "family": rng.randint(1, self.families),
+            "region": rng.choice(self.regions),
+            "price": round(rng.uniform(0, 1000), 2),
+            "quantity": rng.randint(1, 500),
+            "rating": round(rng.uniform(0, 5), 1),
+        }
 
 
-def mixed_event(rng: random.Random) -> dict[str, Any]:
-    return {
-        "family": rng.randint(1, 200),
-        "region": rng.choice(REGIONS),
-        "price": round(rng.uniform(0, 1000), 2),
-        "quantity": rng.randint(1, 500),
-        "rating": round(rng.uniform(0, 5), 1),
-    }
+def workload(name: str, size: int) -> tuple[Callable[[random.Random], str], Callable[..., Any]]:
+    """The filter and event generators of workload `name` at `size` subscriptions."""
+    if name == "equality":
+        return equality_filter, equality_event
+    if name == "mixed":
+        mixed = Mixed(families=200, regions=20, range_only=0.1)
+    else:
+        mixed = Mixed(families=max(200, size // 5), regions=max(20, size // 50), range_only=0)
+    return mixed.filter, mixed.event
 
 
-WORKLOADS = {"equality": (equality_filter, equality_event), "mixed": (mixed_filter, mixed_event)}
+WORKLOADS = ("equality", "mixed", "mixed-growing")
 
 
-def measure(workload: str, size: int, reps: int, seed: int = 7) -> dict[str, Any]:
-    make_filter, make_event = WORKLOADS[workload]
+def measure(name: str, size: int, reps: int, seed: int = 7) -> dict[str, Any]:
+    make_filter, make_event = workload(name, size)
     rng = random.Random(seed)
     filters: list[Filter] = [parse_filter(make_filter(rng)) for _ in range(size)]
     index: MatchIndex[int] = MatchIndex()
@@ -111,7 +136,7 @@ def measure(workload: str, size: int, reps: int, seed: int = 7) -> dict[str, Any
         loop_rates.append(len(loop_events) / timed(lambda: [loop(e) for e in loop_events]))
     index_rate, loop_rate = median(index_rates), median(loop_rates)
     return {
-        "workload": workload,
+        "workload": name,
         "subscriptions": size,
         "index_events_per_s": round(index_rate, 1),
         "loop_events_per_s": round(loop_rate, 1),
@@ -126,23 +151,23 @@ def measure(workload: str, size: int, reps: int, seed: int = 7) -> dict[str, Any
 
 def run(sizes: list[int], reps: int) -> dict[str, Any]:
     rows = []
-    for workload in WORKLOADS:
+    for name in WORKLOADS:
         for size in sizes:
-            row = measure(workload, size, reps)
+            row = measure(name, size, reps)
             print(
-                f"{workload:9s} {size:>7d} subs: index {row['index_events_per_s']:>10.0f} ev/s, "
+                f"{name:13s} {size:>7d} subs: index {row['index_events_per_s']:>10.0f} ev/s, "
                 f"loop {row['loop_events_per_s']:>8.1f} ev/s, x{row['speedup']:.0f}, "
                 f"{row['mean_matches_per_event']} matches/event",
                 file=sys.stderr,
             )
             rows.append(row)
     growth = {}
-    for workload in WORKLOADS:
+    for name in WORKLOADS:
         per_size = {
-            r["subscriptions"]: r["index_us_per_event"] for r in rows if r["workload"] == workload
+            r["subscriptions"]: r["index_us_per_event"] for r in rows if r["workload"] == name
         }
         ordered = sorted(per_size)
-        growth[workload] = {
+        growth[name] = {
             f"{a}->{b}": round(per_size[b] / per_size[a], 2)
             for a, b in zip(ordered, ordered[1:], strict=False)
         }
