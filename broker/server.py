@@ -54,11 +54,10 @@ from broker.protocol import (
     encode_frame,
     error_frame,
 )
-from monitor.tracing import HopRecorder
+from monitor.hop_trace import HopRecorder
 from routing import Filter
 from routing.router import (
     Action,
-    Decision,
     Router,
     SendSubAck,
     SendSubscribe,
@@ -96,6 +95,13 @@ class LinkCounters:
     messages_out: int = 0
 
 
+@dataclass
+class FrameCount:
+    """Frames waiting in all outgoing queues of a broker (kept by its links)."""
+
+    frames: int = 0
+
+
 @dataclass(eq=False)
 class Link:
     """One open connection and its outgoing queue."""
@@ -107,13 +113,15 @@ class Link:
     conn: Connection
     send_channel: trio.MemorySendChannel[bytes]
     receive_channel: trio.MemoryReceiveChannel[bytes]
+    waiting: FrameCount  # the broker's total, shared by its links
     counters: LinkCounters = field(default_factory=LinkCounters)
     closed: bool = False
-    # The read being handled (for traces): when it returned, how many messages.
-    read_ns: int = 0
-    read_batch: int = 0
     queued: int = 0  # frames in the outgoing queue (trio's statistics() is costly)
     node: str = ""  # how traces name the peer: a broker id, or client:NAME
+    # Tracing: rows of the events of the read being handled (monitor.hop_trace), and
+    # CPU time spent in that read on anything else (control messages, blocked sends).
+    trace_rows: list[Any] = field(default_factory=list)
+    untraced_cpu_ns: int = 0
 
     def __post_init__(self) -> None:
         self.node = self.peer if self.kind == "broker" else f"client:{self.peer}"
@@ -130,6 +138,7 @@ class Link:
             self.closed = True
             return True
         self.queued += 1
+        self.waiting.frames += 1
         return True
 
     async def enqueue(self, frame: bytes) -> None:
@@ -142,6 +151,7 @@ class Link:
             self.closed = True
             return
         self.queued += 1
+        self.waiting.frames += 1
 
 
 class Broker:
@@ -166,6 +176,7 @@ class Broker:
         self.router = Router(topology.routing, parent=self.parent_link_id)
         self.children = set(topology.children(broker_id))
         self.links: dict[str, Link] = {}
+        self.waiting = FrameCount()
         self.started_ns = time.time_ns()
         self.events_routed = 0
         self.events_dropped = 0
@@ -285,7 +296,7 @@ class Broker:
         leftover: list[Any],
     ) -> None:
         send_channel, receive_channel = trio.open_memory_channel[bytes](self.config.queue_frames)
-        link = Link(link_id, kind, peer, stream, conn, send_channel, receive_channel)
+        link = Link(link_id, kind, peer, stream, conn, send_channel, receive_channel, self.waiting)
         self.links[link_id] = link
         self._log.info("link_up", link=link_id)
         problem: tuple[str, str] | None = None
@@ -296,8 +307,8 @@ class Broker:
                     await self._perform(self.router.add_broker(link_id))
                 else:
                     self.router.add_client(link_id)
-                for message in leftover:
-                    problem = await self._handle(link, message)
+                if leftover:
+                    problem = await self._handle_read(link, leftover, time.time_ns(), 0)
                 if problem is None:
                     problem = await self._reader(link)
                 nursery.cancel_scope.cancel()
@@ -324,22 +335,48 @@ class Broker:
                 return _CLOSED
             if not data:
                 return _CLOSED
-            if self.tracer is not None:
-                link.read_ns = time.time_ns()
+            t_read, cpu_read = (time.time_ns(), time.thread_time_ns()) if self.tracer else (0, 0)
             counters.bytes_in += len(data)
             try:
                 messages = conn.receive_data(data)
             except ProtocolError as exc:
                 return (exc.code, exc.message)
-            link.read_batch = len(messages)
-            for index, message in enumerate(messages):
-                counters.messages_in += 1
-                if type(message) is Publish:
-                    await self._route(link, message, index)
-                    continue
+            problem = await self._handle_read(link, messages, t_read, cpu_read)
+            if problem is not None:
+                return problem
+
+    async def _handle_read(
+        self, link: Link, messages: list[Any], t_read: int, cpu_read: int
+    ) -> tuple[str, str] | None:
+        """Handle the messages of one read (which came at `t_read`, when this thread's
+        CPU clock read `cpu_read`: both 0 when not tracing)."""
+        counters = link.counters
+        problem = None
+        for index, message in enumerate(messages):
+            counters.messages_in += 1
+            if type(message) is Publish:
+                await self._route(link, message, index)
+            elif self.tracer is None:
                 problem = await self._handle(link, message)
-                if problem is not None:
-                    return problem
+            else:
+                cpu_before = time.thread_time_ns()
+                problem = await self._handle(link, message)
+                link.untraced_cpu_ns += time.thread_time_ns() - cpu_before
+            if problem is not None:
+                break
+        if self.tracer is not None and link.trace_rows:
+            cpu_ns = time.thread_time_ns() - cpu_read - link.untraced_cpu_ns if cpu_read else 0
+            self.tracer.add_read(
+                link.node,
+                t_read,
+                len(messages),
+                cpu_ns,
+                self.router.subscription_count,
+                link.trace_rows,
+            )
+            link.trace_rows = []
+        link.untraced_cpu_ns = 0
+        return problem
 
     async def _writer(self, link: Link, scope: trio.CancelScope) -> None:
         receive, stream, counters = link.receive_channel, link.stream, link.counters
@@ -355,6 +392,7 @@ class Broker:
                 data = b"".join(batch)
                 await stream.send_all(data)
                 link.queued -= len(batch)
+                link.waiting.frames -= len(batch)
                 counters.messages_out += len(batch)
                 counters.bytes_out += len(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -365,9 +403,7 @@ class Broker:
 
     async def _handle(self, link: Link, message: Any) -> tuple[str, str] | None:
         """Act on one message; return (code, why) when the connection must close."""
-        if isinstance(message, Publish):
-            await self._route(link, message, 0)
-        elif isinstance(message, Subscribe):
+        if isinstance(message, Subscribe):
             try:
                 f = Filter.from_wire(message.filter)
             except ValueError as exc:
@@ -394,8 +430,8 @@ class Broker:
         """Route one event: forward it, deliver it, and trace the decision."""
         tracer = self.tracer
         if tracer is not None:
-            t_start, cpu_start = time.time_ns(), time.thread_time_ns()
-            queued = self._queued_frames()
+            t_start = time.time_ns()
+            queued = self.waiting.frames
         link.counters.events_in += 1
         if self.name in event.path:
             self.events_dropped += 1
@@ -403,8 +439,7 @@ class Broker:
                 "cycle_dropped", event_id=event.event_id, path=event.path, link=link.link_id
             )
             if tracer is not None:
-                start = (t_start, cpu_start, queued)
-                self._trace(tracer, link, event, index, start, None, [], 0, "cycle")
+                tracer.dropped(self._drop_row(link, event, index, t_start, queued, "cycle"))
             return
         decision = self.router.route(link.link_id, event.attributes)
         self.events_routed += 1
@@ -425,69 +460,70 @@ class Broker:
             out.counters.events_out += 1
             if not out.enqueue_nowait(frame):
                 blocked.append((out, frame))
-        if tracer is not None:
-            cpu_end = time.thread_time_ns()
-        for out, frame in blocked:  # backpressure: wait for room, in order
-            await out.enqueue(frame)
-        if tracer is not None:
-            start = (t_start, cpu_start, queued)
-            self._trace(tracer, link, event, index, start, decision, sends, cpu_end)
-        if self.on_event is not None:
-            self.on_event(link.link_id, event, decision)
-
-    def _trace(
-        self,
-        tracer: HopRecorder,
-        link: Link,
-        event: Publish,
-        index: int,
-        start: tuple[int, int, int],
-        decision: Decision | None,
-        sends: list[tuple[Link, bytes]],
-        cpu_end: int,
-        drop_reason: str = "",
-    ) -> None:
-        """Append the `hops` row of one event (called only when tracing).
-
-        `start` holds the wall clock, the thread's CPU clock and the frames waiting
-        in outgoing queues when routing began.
-        """
-        t_start, cpu_start, queued = start
-        cpu_end = cpu_end or time.thread_time_ns()
-        to_nodes, delivered, bytes_out = [], [], 0
-        for out, frame in sends:
-            (to_nodes if out.kind == "broker" else delivered).append(out.peer)
-            bytes_out += len(frame)
-        sizes = link.conn.frame_sizes
-        t_arrival = link.read_ns or t_start
-        tracer.append(  # in the order of HopRecorder.columns
-            (
+        if tracer is None:
+            for out, frame in blocked:  # backpressure: wait for room, in order
+                await out.enqueue(frame)
+        else:
+            t_routed = t_done = time.time_ns()
+            if blocked:
+                cpu_before = time.thread_time_ns()
+                for out, frame in blocked:
+                    await out.enqueue(frame)
+                link.untraced_cpu_ns += time.thread_time_ns() - cpu_before
+                t_done = time.time_ns()
+            to_nodes, delivered, bytes_out = [], [], 0
+            for out, frame in sends:
+                (to_nodes if out.kind == "broker" else delivered).append(out.peer)
+                bytes_out += len(frame)
+            sizes = link.conn.frame_sizes
+            link.trace_rows += (  # monitor.hop_trace.EVENT_FIELDS
                 event.event_id,
-                str(event.attributes.get("type", "")),
+                event.attributes.get("type", ""),
                 event.publisher,
-                link.node,
                 tuple(to_nodes),  # tuples of str are not tracked by the garbage collector
                 tuple(delivered),
-                "dropped" if drop_reason else "routed",
-                drop_reason,
-                t_arrival,
                 t_start,
-                time.time_ns(),
-                t_start - t_arrival,
-                cpu_end - cpu_start,
-                link.read_batch,
+                t_routed,
+                t_done,
                 index,
                 queued,
                 sizes[index] if index < len(sizes) else 0,
                 bytes_out,
-                decision.filters_matched if decision else 0,
-                self.router.subscription_count,
+                decision.filters_matched,
                 len(event.path),
             )
-        )
+        if self.on_event is not None:
+            self.on_event(link.link_id, event, decision)
 
-    def _queued_frames(self) -> int:
-        return sum(link.queued for link in self.links.values())
+    def _drop_row(
+        self, link: Link, event: Publish, index: int, t_start: int, queued: int, reason: str
+    ) -> tuple[Any, ...]:
+        """The whole `hops` row (but run_id and broker) of an event dropped unrouted."""
+        sizes = link.conn.frame_sizes
+        now = time.time_ns()
+        return (
+            event.event_id,
+            str(event.attributes.get("type", "")),
+            event.publisher,
+            link.node,
+            (),
+            (),
+            "dropped",
+            reason,
+            t_start,
+            t_start,
+            now,
+            0,
+            0,
+            1,
+            index,
+            queued,
+            sizes[index] if index < len(sizes) else 0,
+            0,
+            0,
+            self.router.subscription_count,
+            len(event.path),
+        )
 
     async def _perform(self, actions: list[Action]) -> None:
         for action in actions:

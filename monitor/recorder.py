@@ -79,10 +79,16 @@ class TraceWriter:
         self._deadline = time.monotonic() + self.flush_interval_s
         if not self.rows or self._writer is None:
             return
-        self._writer.write_batch(self._batch(self.rows))
-        self._sink.flush()
-        self.rows_written += len(self.rows)
+        self.write_batch(self._batch(self.rows))
         self.rows = []
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        """Write a batch built elsewhere (with this writer's schema) and push it out."""
+        if self._writer is None:
+            raise ValueError(f"{self.path}: the trace file is closed")
+        self._writer.write_batch(batch)
+        self._sink.flush()
+        self.rows_written += batch.num_rows
 
     def close(self) -> None:
         """Flush and close the file (idempotent)."""

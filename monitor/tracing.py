@@ -1,5 +1,6 @@
-"""Trace writers used by the broker (hops) and by replay clients (publications,
-deliveries): one file per table and process under RUN_DIR/traces/."""
+"""Trace writers of replay clients (publications, deliveries) and the file naming shared
+with the broker's recorder (`monitor.hop_trace`): one file per table and process under
+RUN_DIR/traces/."""
 
 from __future__ import annotations
 
@@ -10,42 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from monitor.recorder import TraceWriter
-from monitor.schema import DELIVERIES, HOPS, PUBLICATIONS
+from monitor.schema import DELIVERIES, PUBLICATIONS
 
 
 def trace_path(trace_dir: Path, table: str, owner: str) -> Path:
     """RUN_DIR/traces/TABLE-OWNER-PID.arrow (a restarted process gets a new file)."""
     return trace_dir / f"{table}-{owner}-{os.getpid()}.arrow"
-
-
-class HopRecorder:
-    """One `hops` row per event a broker handled."""
-
-    def __init__(self, trace_dir: Path, run_id: str, broker: str) -> None:
-        self.writer = TraceWriter(
-            trace_path(trace_dir, "hops", f"broker{broker}"),
-            HOPS,
-            constants={"run_id": run_id, "broker": broker},
-        )
-
-    @property
-    def columns(self) -> list[str]:
-        """The values each row holds, in order: the `HOPS` columns but run_id and broker."""
-        return [f.name for f in self.writer.row_fields]
-
-    def append(self, row: tuple[Any, ...]) -> None:
-        """Buffer one row (see `columns`). The size check is here; the time-based flush
-        is the caller's periodic `flush`, so the per-event cost is one list append."""
-        rows = self.writer.rows
-        rows.append(row)
-        if len(rows) >= self.writer.flush_rows:
-            self.writer.flush()
-
-    def flush(self) -> None:
-        self.writer.flush()
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 def attributes_json(attributes: Mapping[str, Any]) -> str:
