@@ -38,14 +38,16 @@ HOPS = pa.schema(
         ("t_start_ns", pa.int64()),  # routing of this event began
         ("t_done_ns", pa.int64()),  # the last send was handed to the transport queue
         ("wait_ns", pa.int64()),  # t_start_ns - t_arrival_ns: queueing inside the broker
-        ("cpu_ns", pa.int64()),  # CPU time of this thread spent routing the event
+        # CPU time of the read the event came in (decoding and routing its events),
+        # shared among them by routing time: see monitor.hop_trace
+        ("cpu_ns", pa.int64()),
         ("batch", pa.int32()),  # messages decoded from the same read
         ("batch_index", pa.int32()),  # this event's position in that read
         ("queue_len", pa.int32()),  # frames already waiting in the outgoing queues
         ("bytes_in", pa.int32()),  # size of the event's frame
         ("bytes_out", pa.int64()),  # bytes of all frames sent for it
         ("filters_matched", pa.int32()),  # subscriptions the event matched here
-        ("subscriptions", pa.int32()),  # subscriptions in the broker's table
+        ("subscriptions", pa.int32()),  # subscriptions in the broker's table after the read
         ("hops_before", pa.int32()),  # brokers the event passed before this one
     ],
     metadata={VERSION_KEY: TRACE_VERSION, TABLE_KEY: b"hops"},
