@@ -144,17 +144,20 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             **context,
         }
 
-    return [
-        target(
-            "hop_1to1_vs_amqtt",
-            "hop 1-to-1 events/s over amqtt's (bare), at least 10x",
-            _get(results, "amqtt", "hop_over_amqtt_bare", "fanout1", "events_per_s"),
+    def vs_amqtt(fanout: int) -> dict[str, Any]:
+        return target(
+            f"hop_1to{fanout}_vs_amqtt",
+            f"hop 1-to-{fanout} events/s over amqtt's (bare), at least 10x",
+            _get(results, "amqtt", "hop_over_amqtt_bare", f"fanout{fanout}", "events_per_s"),
             10.0,
             True,
             value_with_1000_subscriptions=_get(
-                results, "amqtt", "hop_over_amqtt", "fanout1", "events_per_s"
+                results, "amqtt", "hop_over_amqtt", f"fanout{fanout}", "events_per_s"
             ),
-        ),
+        )
+
+    return [
+        vs_amqtt(1),
         target(
             "hop_1to1_vs_relay",
             "hop 1-to-1 events/s over the relay's (link), at least 0.2",
@@ -162,16 +165,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             0.2,
             True,
         ),
-        target(
-            "hop_1to4_vs_amqtt",
-            "hop 1-to-4 events/s over amqtt's (bare), at least 10x",
-            _get(results, "amqtt", "hop_over_amqtt_bare", "fanout4", "events_per_s"),
-            10.0,
-            True,
-            value_with_1000_subscriptions=_get(
-                results, "amqtt", "hop_over_amqtt", "fanout4", "events_per_s"
-            ),
-        ),
+        vs_amqtt(4),
         target(
             "hop_latency_500_vs_relay",
             "hop 1-to-1 latency p50 at 500 events/s over the relay's, at most 1.5",

@@ -57,16 +57,7 @@ WIDTH = len(EVENT_FIELDS)
 
 _FIRST_INT = EVENT_FIELDS.index("t_start_ns")
 _INT_FIELDS = EVENT_FIELDS[_FIRST_INT:]
-_EVENT_INT_COLUMNS = (
-    "t_start_ns",
-    "t_done_ns",
-    "batch_index",
-    "queue_len",
-    "bytes_in",
-    "bytes_out",
-    "filters_matched",
-    "hops_before",
-)
+_EVENT_INT_COLUMNS = tuple(f for f in _INT_FIELDS if f != "t_routed_ns")  # t_routed: CPU shares
 
 
 class HopRecorder:
