@@ -229,7 +229,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     methods = METHODS if args.method == "all" else (args.method,)
     workload = Path(args.workload) if args.workload else None
-    summary = predict(Path(args.run_dir), workload, args.scenario, args.rate_scale, methods)
+    summary = predict(
+        Path(args.run_dir),
+        workload,
+        args.scenario,
+        args.rate_scale,
+        methods,
+        measured_rates=args.measured_rates,
+    )
     print(json.dumps(summary, indent=2, default=str))
     return EXIT_OK
 
@@ -314,6 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", help="scenario of the workload file")
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiply every target rate")
     p.add_argument("--method", choices=["mm1", "mm1-ps", "sim", "all"], default="all")
+    p.add_argument(
+        "--measured-rates",
+        action="store_true",
+        help="start from the rates the run's publishers reached, not the nominal ones",
+    )
     p.set_defaults(func=cmd_predict)
 
     p = command("report", "RUN_DIR/report.html and report.md")

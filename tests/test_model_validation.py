@@ -1,0 +1,130 @@
+"""The model validated against real processes (issue 6): characterize tree7 at a low
+rate, predict 3x that rate, measure there.
+
+The two replays share the seed, and the calibration runs three times longer at a
+third of the rates, so both publish the same events (the same families, the same
+inter-arrival gaps scaled by 3) and the prediction starts from the rates the
+calibration measured (`measured_rates`): what is left to predict is how the network
+behaves at three times the load, not which events the random workload happened to
+draw.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from monitor.predict import predict
+from monitor.replay import replay
+from monitor.traces import read_table
+from tests.network import REPO, free_base_port
+from topologies import load_case_study
+from topologies.generators import to_toml
+
+pytestmark = pytest.mark.integration
+
+SCALE = 3.0
+DURATION_S = 8.0
+WARMUP_S = 1.0
+THROUGHPUT_TOLERANCE = 0.03
+LATENCY_TOLERANCE = 0.15
+
+
+def tree7_on_free_ports(tmp_path: Path, name: str) -> Path:
+    study = load_case_study(REPO / "topologies" / "tree7.toml")
+    base = free_base_port(7)
+    brokers = {b: dataclasses.replace(s, port=base + b) for b, s in study.topology.brokers.items()}
+    topology = dataclasses.replace(study.topology, base_port=base, brokers=brokers)
+    path = tmp_path / f"{name}.toml"
+    path.write_text(to_toml(dataclasses.replace(study, topology=topology)))
+    return path
+
+
+def measured(run_dir: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """Per-broker throughput and per-publisher mean latency (ms) in the window."""
+    phases = json.loads((run_dir / "manifest.json").read_text())["phases"]
+    lo, hi = phases["measure_start_ns"], phases["measure_end_ns"]
+    hops = read_table(run_dir, "hops").table.select(["broker", "t_arrival_ns"]).to_pandas()
+    hops = hops[hops["t_arrival_ns"].between(lo, hi)]
+    throughput = (hops.groupby("broker").size() / ((hi - lo) / 1e9)).to_dict()
+    dels = read_table(run_dir, "deliveries").table.to_pandas()
+    dels = dels[dels["t_publish_ns"].between(lo, hi)]
+    latency_ms = (dels["t_deliver_ns"] - dels["t_publish_ns"]) / 1e6
+    return throughput, latency_ms.groupby(dels["publisher"]).mean().to_dict()
+
+
+def predicted(run_dir: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """Per-broker throughput and per-publisher mean latency (ms) the `sim` method gave,
+    the publisher's pairs weighted by their predicted delivery rates."""
+    rows = pq.read_table(run_dir / "analysis" / "predictions.parquet").to_pandas()
+    rows = rows[rows["method"] == "sim"]
+    brokers = rows[(rows["kind"] == "broker") & (rows["metric"] == "throughput")]
+    throughput = dict(zip(brokers["entity"], brokers["predicted"], strict=True))
+    pairs = rows[(rows["kind"] == "pair") & (rows["metric"] == "latency_ms")].copy()
+    pairs[["publisher", "subscriber"]] = pairs["entity"].str.split(">", expand=True)
+    weights = _pair_weights(run_dir)
+    pairs["weight"] = [
+        weights.get((p, s), 0.0)
+        for p, s in zip(pairs["publisher"], pairs["subscriber"], strict=True)
+    ]
+    latency = {
+        publisher: float((g["predicted"] * g["weight"]).sum() / g["weight"].sum())
+        for publisher, g in pairs.groupby("publisher")
+        if g["weight"].sum() > 0
+    }
+    return throughput, latency
+
+
+def _pair_weights(run_dir: Path) -> dict[tuple[str, str], float]:
+    """Deliveries per (publisher, subscriber) in the characterization: the pairs'
+    shares of a publisher's deliveries do not change with its rate."""
+    dels = read_table(run_dir, "deliveries").table.select(["publisher", "subscriber"]).to_pandas()
+    return {k: float(v) for k, v in dels.groupby(["publisher", "subscriber"]).size().items()}
+
+
+def test_three_times_the_load_is_predicted_from_a_low_load_run(tmp_path: Path) -> None:
+    calibration = replay(
+        tree7_on_free_ports(tmp_path, "calibration"),
+        tmp_path / "calibration",
+        duration_s=DURATION_S * SCALE,
+        warmup_s=WARMUP_S * SCALE,
+        quiet=True,
+    )
+    predict(
+        calibration.run_dir,
+        rate_scale=SCALE,
+        methods=("sim",),
+        measured_rates=True,
+        max_wall_s=10.0,
+    )
+    target = replay(
+        tree7_on_free_ports(tmp_path, "measurement"),  # ports free now, not reused
+        tmp_path / "measurement",
+        duration_s=DURATION_S,
+        warmup_s=WARMUP_S,
+        rate_scale=SCALE,
+        quiet=True,
+    )
+    throughput, latency = measured(target.run_dir)
+    want_throughput, want_latency = predicted(calibration.run_dir)
+
+    errors = pd.DataFrame(
+        {
+            "predicted": pd.Series(want_throughput),
+            "measured": pd.Series(throughput),
+        }
+    )
+    errors["error"] = errors["predicted"] / errors["measured"] - 1
+    latencies = pd.DataFrame({"predicted": pd.Series(want_latency), "measured": pd.Series(latency)})
+    latencies["error"] = latencies["predicted"] / latencies["measured"] - 1
+    report = f"\nthroughput (events/s):\n{errors}\nmean latency (ms):\n{latencies}"
+    print(report)
+    assert set(errors.index) == {str(b) for b in range(1, 8)}, report
+    assert errors["error"].abs().max() <= THROUGHPUT_TOLERANCE, report
+    assert set(latencies.index) == {f"pub{k}" for k in range(1, 5)}, report
+    assert latencies["error"].abs().max() <= LATENCY_TOLERANCE, report
