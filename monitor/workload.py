@@ -1,7 +1,16 @@
-"""Seeded event generation for replays: the SPECjms2007 call-for-offers event.
+"""Seeded event generation for replays: the SPECjms2007 call-for-offers event, or
+a publisher's own event mix.
 
 Each publisher has its own generator, seeded from the workload seed and its id, so
 the same case study and seed give the same events and the same inter-arrival times.
+
+A publisher with an event mix (``[[publishers.events]]``, `topologies.model.EventSpec`)
+draws each event's kind by weight, then its attributes as that kind describes:
+``type``, the fixed attributes, one value of each ``choose`` list, a number from
+each ``ranges`` interval, ``size_kb`` from the kind's sizes and an opaque
+``payload`` of that many kilobytes.
+
+A publisher without one emits the workload's single event type.
 Attributes (DESIGN 5, SPECjms2007 design document 004, message sizes per paper 001):
 
 * ``type``: the workload's event type (``callForOffers``);
@@ -18,7 +27,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from topologies.model import PublisherSpec, Workload
+from topologies.model import EventSpec, PublisherSpec, Workload
 
 SIZES_KB = (1.35, 7.06, 36.52)
 SIZE_WEIGHTS = (0.95, 0.04, 0.01)
@@ -34,7 +43,9 @@ class EventGenerator:
         self.publisher = publisher
         self.rate = rate
         self.rng = random.Random(f"{workload.seed}:{publisher.id}")
-        self._payloads = {size: bytes(round(size * 1024)) for size in SIZES_KB}
+        self._payloads: dict[float, bytes] = {}
+        self._kinds = publisher.events
+        self._kind_weights = [kind.weight for kind in publisher.events]
 
     def interarrival_s(self) -> float:
         """Seconds until the next publication (Poisson or constant arrivals)."""
@@ -43,6 +54,9 @@ class EventGenerator:
         return self.rng.expovariate(self.rate)
 
     def event(self) -> dict[str, Any]:
+        if self._kinds:
+            kind = self.rng.choices(self._kinds, self._kind_weights)[0]
+            return self._mixed_event(kind)
         rng = self.rng
         size = rng.choices(SIZES_KB, SIZE_WEIGHTS)[0]
         return {
@@ -51,5 +65,26 @@ class EventGenerator:
             "size_kb": size,
             "dc": self.publisher.id,
             "price": round(rng.uniform(1.0, 200.0), 2),
-            "payload": self._payloads[size],
+            "payload": self._payload(size),
         }
+
+    def _mixed_event(self, kind: EventSpec) -> dict[str, Any]:
+        rng = self.rng
+        event: dict[str, Any] = {"type": kind.type, **kind.attributes}
+        for name, values in kind.choose.items():
+            event[name] = rng.choice(values)
+        for name, (lo, hi) in kind.ranges.items():
+            if isinstance(lo, int) and isinstance(hi, int):
+                event[name] = rng.randint(lo, hi)
+            else:
+                event[name] = round(rng.uniform(lo, hi), 2)
+        size = rng.choices(kind.sizes_kb, kind.size_weights)[0]
+        event["size_kb"] = size
+        event["payload"] = self._payload(size)
+        return event
+
+    def _payload(self, size_kb: float) -> bytes:
+        payload = self._payloads.get(size_kb)
+        if payload is None:
+            payload = self._payloads[size_kb] = bytes(round(size_kb * 1024))
+        return payload

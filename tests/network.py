@@ -17,12 +17,24 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def free_base_port(count: int) -> int:
-    """A base port such that base+1 .. base+count are free on 127.0.0.1 right now."""
+    """A base port such that base+1 .. base+count are free on 127.0.0.1 right now.
+
+    Below the kernel's ephemeral range, so the outgoing connections of this or other
+    tests cannot take a broker's port in the seconds before it listens.
+    """
+    top = min(60000, _ephemeral_low())
     for _ in range(200):
-        base = random.randrange(20000, 60000 - count)
+        base = random.randrange(20000, top - count)
         if all(_free(base + i) for i in range(1, count + 1)):
             return base
     raise RuntimeError("no free port range found")
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def _free(port: int) -> bool:

@@ -101,7 +101,7 @@ def test_shipped_filters_parse_with_routing(name: str) -> None:
 
 
 def test_shipped_path_unknown_name_lists_shipped() -> None:
-    with pytest.raises(TopologyError, match="shipped: siena15, tree7, chain5"):
+    with pytest.raises(TopologyError, match="shipped: siena15, tree7, chain5, specjms_vertical"):
         shipped_path("nope")
 
 

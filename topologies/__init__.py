@@ -1,7 +1,8 @@
 """Topology and case-study files: the data model, a validating loader, and generators.
 
 Shipped files (see `shipped_path`): ``siena15`` (the thesis' 15-broker case study),
-``tree7`` and ``chain5`` (small networks for tests and demos).
+``tree7`` and ``chain5`` (small networks for tests and demos), ``specjms_vertical``
+(SPECjms2007's vertical topology as content-based events; `topologies.specjms`).
 """
 
 from pathlib import Path
@@ -11,6 +12,7 @@ from topologies.loader import load_case_study, load_topology
 from topologies.model import (
     BrokerSpec,
     CaseStudy,
+    EventSpec,
     PublisherSpec,
     Scenario,
     SubscriberSpec,
@@ -19,7 +21,7 @@ from topologies.model import (
     Workload,
 )
 
-SHIPPED = ("siena15", "tree7", "chain5")
+SHIPPED = ("siena15", "tree7", "chain5", "specjms_vertical")
 
 
 def shipped_path(name: str) -> Path:
@@ -33,6 +35,7 @@ __all__ = [
     "SHIPPED",
     "BrokerSpec",
     "CaseStudy",
+    "EventSpec",
     "PublisherSpec",
     "Scenario",
     "SubscriberSpec",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from topologies.model import BrokerSpec, CaseStudy, Topology
+import re
+
+from topologies.model import BrokerSpec, CaseStudy, EventSpec, Topology
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_BASE_PORT = 7000
@@ -100,6 +102,8 @@ def to_toml(study: Topology | CaseStudy) -> str:
             f"rate = {p.rate!r}",
             f"arrival = {_str(p.arrival)}",
         ]
+        for event in p.events:
+            lines += ["", "[[publishers.events]]", *_event_lines(event)]
     for s in study.subscribers.values():
         filters = "".join(f"\n    {_str(text)}," for text in s.filters)
         lines += [
@@ -119,6 +123,38 @@ def to_toml(study: Topology | CaseStudy) -> str:
             f"rates = {{{rates}}}",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _event_lines(event: EventSpec) -> list[str]:
+    def table(items: dict[str, object]) -> str:
+        return "{" + ", ".join(f"{_key(name)} = {_value(v)}" for name, v in items.items()) + "}"
+
+    lines = [f"type = {_str(event.type)}", f"weight = {event.weight!r}"]
+    if event.attributes:
+        lines.append(f"attributes = {table(event.attributes)}")
+    if event.choose:
+        lines.append(f"choose = {table(event.choose)}")
+    if event.ranges:
+        lines.append(f"ranges = {table(event.ranges)}")
+    lines.append(f"sizes_kb = {_value(event.sizes_kb)}")
+    lines.append(f"size_weights = {_value(event.size_weights)}")
+    return lines
+
+
+def _key(name: str) -> str:
+    """A TOML key: bare if it can be (a dot would make it a dotted key), else quoted."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _str(name)
+
+
+def _value(value: object) -> str:
+    """A TOML value for a string, bool, int, float or a tuple / list of them."""
+    if isinstance(value, str):
+        return _str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    return repr(value)
 
 
 def _str(text: str) -> str:

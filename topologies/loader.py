@@ -8,7 +8,18 @@ Keys (required ones marked *; anything else is an error):
 - [workload]: event_type, families, duration_s, warmup_s, plus two keys beyond the
   DESIGN example: drain_s (seconds to wait for in-flight events after publishing
   stops) and seed (for the random families and arrivals); all have defaults;
-- [[publishers]]: id*, broker*, rate*, arrival ("poisson" | "constant");
+- [[publishers]]: id*, broker*, rate*, arrival ("poisson" | "constant"), and
+  optionally an event mix (beyond the DESIGN example), one [[publishers.events]]
+  table per kind of event: type*, weight* (> 0, relative to the publisher's other
+  kinds), attributes (name -> fixed value), choose (name -> non-empty array of
+  values, one drawn uniformly per event), ranges (name -> [lo, hi], drawn uniformly;
+  integers if both bounds are), sizes_kb (non-empty array of sizes > 0) and
+  size_weights (as many weights; default equal). Attribute names follow the filter
+  language (letters, digits, `_`, `.`; quote a name with a dot, `"a.b" = 1`, or
+  TOML reads a nested table); `type`, `size_kb` and `payload` are set by
+  the generator and cannot be given, and a name may appear in only one of
+  attributes / choose / ranges. Values are strings, integers, floats or booleans.
+  Without `events` a publisher emits the workload's single event type;
 - [[subscribers]]: id*, broker*, filters* (a non-empty list of filter texts);
 - [[scenarios]]: name*, rate_scale (> 0, default 1), rates (publisher id -> events/s).
 
@@ -31,6 +42,7 @@ from topologies.model import (
     ROUTINGS,
     BrokerSpec,
     CaseStudy,
+    EventSpec,
     PublisherSpec,
     Scenario,
     SubscriberSpec,
@@ -55,6 +67,17 @@ _TOP_KEYS = (
 _WORKLOAD_KEYS = ("event_type", "families", "duration_s", "warmup_s", "drain_s", "seed")
 _DEFAULT_HOST = "127.0.0.1"
 _ID = re.compile(r"[0-9]+")
+_EVENT_KEYS = (
+    "type",
+    "weight",
+    "attributes",
+    "choose",
+    "ranges",
+    "sizes_kb",
+    "size_weights",
+)
+_ATTRIBUTE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+_GENERATED_ATTRIBUTES = ("type", "size_kb", "payload")
 
 
 class _Invalid(Exception):
@@ -209,7 +232,7 @@ def _publishers(doc: dict[str, Any], topology: Topology) -> dict[int, PublisherS
             entry,
             at,
             required=("id", "broker", "rate"),
-            allowed=("id", "broker", "rate", "arrival"),
+            allowed=("id", "broker", "rate", "arrival", "events"),
         )
         publisher_id = _client_id(entry, at, publishers, "publisher")
         arrival = entry.get("arrival", "poisson")
@@ -220,8 +243,78 @@ def _publishers(doc: dict[str, Any], topology: Topology) -> dict[int, PublisherS
             broker=_broker_ref(entry["broker"], f"{at}.broker", topology),
             rate=_number(entry["rate"], f"{at}.rate"),
             arrival=arrival,
+            events=_events(entry["events"], f"{at}.events") if "events" in entry else (),
         )
     return publishers
+
+
+def _events(value: object, at: str) -> tuple[EventSpec, ...]:
+    entries = _array_of_tables(value, at)
+    if not entries:
+        _fail(at, "must not be empty (leave `events` out for the workload's event type)")
+    events = []
+    for i, entry in enumerate(entries):
+        where = f"{at}[{i}]"
+        _keys(entry, where, required=("type", "weight"), allowed=_EVENT_KEYS)
+        seen: dict[str, str] = {}
+        attributes = {
+            name: _scalar(v, f"{where}.attributes.{name}")
+            for name, v in _attribute_table(entry, "attributes", where, seen).items()
+        }
+        choose = {}
+        for name, values in _attribute_table(entry, "choose", where, seen).items():
+            field = f"{where}.choose.{name}"
+            if not isinstance(values, list) or not values:
+                _fail(field, "must be a non-empty array of values")
+            choose[name] = tuple(_scalar(v, f"{field}[{j}]") for j, v in enumerate(values))
+        ranges = {}
+        for name, bounds in _attribute_table(entry, "ranges", where, seen).items():
+            field = f"{where}.ranges.{name}"
+            if not isinstance(bounds, list) or len(bounds) != 2:
+                _fail(field, "must be an array [lo, hi] of two numbers")
+            lo, hi = (_signed_number(b, f"{field}[{j}]") for j, b in enumerate(bounds))
+            if lo > hi:
+                _fail(field, f"lo must not exceed hi, got [{lo}, {hi}]")
+            ranges[name] = (lo, hi)
+        sizes, weights = EventSpec.sizes_kb, EventSpec.size_weights
+        if "sizes_kb" in entry:
+            sizes = _numbers(entry["sizes_kb"], f"{where}.sizes_kb", positive=True)
+            weights = (1.0,) * len(sizes)
+        if "size_weights" in entry:
+            weights = _numbers(entry["size_weights"], f"{where}.size_weights")
+            if len(weights) != len(sizes):
+                _fail(f"{where}.size_weights", f"needs {len(sizes)} weights, one per size")
+            if not sum(weights) > 0:
+                _fail(f"{where}.size_weights", "at least one weight must be more than 0")
+        events.append(
+            EventSpec(
+                type=_string(entry["type"], f"{where}.type"),
+                weight=_number(entry["weight"], f"{where}.weight", positive=True),
+                attributes=attributes,
+                choose=choose,
+                ranges=ranges,
+                sizes_kb=sizes,
+                size_weights=weights,
+            )
+        )
+    return tuple(events)
+
+
+def _attribute_table(
+    entry: dict[str, Any], key: str, at: str, seen: dict[str, str]
+) -> dict[str, Any]:
+    """`entry[key]` as a table of attribute names, each name used once per event kind."""
+    table = _table(entry.get(key, {}), f"{at}.{key}")
+    for name in table:
+        field = f"{at}.{key}.{name}"
+        if not _ATTRIBUTE_NAME.fullmatch(name):
+            _fail(field, "not an attribute name (letters, digits, _ and ., not digit first)")
+        if name in _GENERATED_ATTRIBUTES:
+            _fail(field, f"{name!r} is set by the event generator")
+        if name in seen:
+            _fail(field, f"attribute {name!r} is also given in {seen[name]}")
+        seen[name] = key
+    return table
 
 
 def _subscribers(
@@ -348,6 +441,32 @@ def _number(value: object, at: str, *, positive: bool = False) -> float:
     if value < 0 or (positive and value == 0):
         _fail(at, f"must be {'more than' if positive else 'at least'} 0, got {value}")
     return float(value)
+
+
+def _signed_number(value: object, at: str) -> int | float:
+    """A finite int or float, kept as it is (negative allowed)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        _fail(at, f"must be a number, got {_kind(value)}")
+    if not math.isfinite(value):
+        _fail(at, f"must be finite, got {value}")
+    return value
+
+
+def _numbers(value: object, at: str, *, positive: bool = False) -> tuple[float, ...]:
+    if not isinstance(value, list) or not value:
+        _fail(at, "must be a non-empty array of numbers")
+    return tuple(_number(v, f"{at}[{i}]", positive=positive) for i, v in enumerate(value))
+
+
+def _scalar(value: object, at: str) -> str | int | float | bool:
+    """An attribute value: a string, integer, finite float or boolean."""
+    if isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            _fail(at, f"must be finite, got {value}")
+        return value
+    _fail(at, f"must be a string, integer, float or boolean, got {_kind(value)}")
 
 
 def _string(value: object, at: str) -> str:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
+Scalar = str | int | float | bool
+
 Routing = Literal["hierarchical", "acyclic", "flooding"]
 Arrival = Literal["poisson", "constant"]
 
@@ -108,12 +110,37 @@ class Workload:
 
 
 @dataclass(frozen=True)
+class EventSpec:
+    """One kind of event in a publisher's mix (a ``[[publishers.events]]`` entry).
+
+    Each event the publisher emits is of this kind with probability `weight` over the
+    sum of its kinds' weights. The event gets ``type``, the fixed `attributes`, for each
+    name in `choose` one of its values (uniformly), for each name in `ranges` a number
+    drawn uniformly from ``[lo, hi]`` (an integer if both bounds are integers, else a
+    float rounded to two decimals), and ``size_kb`` drawn from `sizes_kb` with
+    `size_weights`, plus an opaque ``payload`` of that many kilobytes.
+    """
+
+    type: str
+    weight: float
+    attributes: dict[str, Scalar] = field(default_factory=dict)
+    choose: dict[str, tuple[Scalar, ...]] = field(default_factory=dict)
+    ranges: dict[str, tuple[int | float, int | float]] = field(default_factory=dict)
+    sizes_kb: tuple[float, ...] = (1.35, 7.06, 36.52)
+    size_weights: tuple[float, ...] = (0.95, 0.04, 0.01)
+    """Defaults: SPECjms2007's callForOffers sizes (paper 001, Table 5)."""
+
+
+@dataclass(frozen=True)
 class PublisherSpec:
     id: int
     broker: int
     rate: float
     """Events per second in the base case (no scenario)."""
     arrival: Arrival = "poisson"
+    events: tuple[EventSpec, ...] = ()
+    """The publisher's event mix; empty: the workload's single event type
+    (`monitor.workload` documents those events)."""
 
 
 @dataclass(frozen=True)
