@@ -298,6 +298,8 @@ class Broker:
         send_channel, receive_channel = trio.open_memory_channel[bytes](self.config.queue_frames)
         link = Link(link_id, kind, peer, stream, conn, send_channel, receive_channel, self.waiting)
         self.links[link_id] = link
+        if self.tracer is not None:
+            self.tracer.peers[link_id] = link.node if kind == "broker" else peer
         self._log.info("link_up", link=link_id)
         problem: tuple[str, str] | None = None
         try:
@@ -471,24 +473,25 @@ class Broker:
                     await out.enqueue(frame)
                 link.untraced_cpu_ns += time.thread_time_ns() - cpu_before
                 t_done = time.time_ns()
-            to_nodes, delivered, bytes_out = [], [], 0
-            for out, frame in sends:
-                (to_nodes if out.kind == "broker" else delivered).append(out.peer)
-                bytes_out += len(frame)
+            if len(sends) == len(decision.forward) + len(decision.deliver):
+                to_nodes, delivered = tuple(decision.forward), tuple(decision.deliver)
+            else:  # a link is gone: trace where the event really went
+                to_nodes = tuple(out.link_id for out, _ in sends if out.kind == "broker")
+                delivered = tuple(out.link_id for out, _ in sends if out.kind != "broker")
             sizes = link.conn.frame_sizes
             link.trace_rows += (  # monitor.hop_trace.EVENT_FIELDS
                 event.event_id,
                 event.attributes.get("type", ""),
                 event.publisher,
-                tuple(to_nodes),  # tuples of str are not tracked by the garbage collector
-                tuple(delivered),
+                to_nodes,  # link ids: the recorder names them (tracer.peers)
+                delivered,
                 t_start,
                 t_routed,
                 t_done,
                 index,
                 queued,
                 sizes[index] if index < len(sizes) else 0,
-                bytes_out,
+                sum([len(frame) for _, frame in sends]),
                 decision.filters_matched,
                 len(event.path),
             )

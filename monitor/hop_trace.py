@@ -40,8 +40,8 @@ EVENT_FIELDS = (
     "event_id",
     "event_type",
     "publisher",
-    "to_nodes",  # tuple of broker ids
-    "delivered_to",  # tuple of client names
+    "to_nodes",  # tuple of the broker links' ids (named through `HopRecorder.peers`)
+    "delivered_to",  # tuple of the client links' ids (likewise)
     "t_start_ns",
     "t_routed_ns",  # routing done, before waiting for room in full queues
     "t_done_ns",
@@ -70,6 +70,9 @@ class HopRecorder:
             constants={"run_id": run_id, "broker": broker},
         )
         self.flush_rows = flush_rows
+        #: how the `to_nodes` and `delivered_to` columns name each link id (the broker
+        #: fills it in as links come up); ids not in it are written as they are
+        self.peers: dict[str, str] = {}
         self._events: list[Any] = []  # flat: WIDTH values per event
         # per read: (from_node, t_arrival_ns, batch, events, cpu_ns, subscriptions)
         self._reads: list[tuple[str, int, int, int, int, int]] = []
@@ -130,8 +133,8 @@ class HopRecorder:
             event_type=_strings(columns[1]),
             publisher=pa.array(columns[2], pa.string()),
             from_node=pa.array(read_node, pa.string()).take(which_read),
-            to_nodes=_string_lists(columns[3]),
-            delivered_to=_string_lists(columns[4]),
+            to_nodes=_string_lists(columns[3], self.peers),
+            delivered_to=_string_lists(columns[4], self.peers),
             decision=pa.repeat(pa.scalar("routed"), n),
             drop_reason=pa.repeat(pa.scalar(""), n),
             t_arrival_ns=arrival,
@@ -174,10 +177,12 @@ def _strings(values: Sequence[Any]) -> pa.Array:
         return pa.array([v if type(v) is str else str(v) for v in values], pa.string())
 
 
-def _string_lists(values: Sequence[tuple[str, ...]]) -> pa.Array:
-    """A list<string> column from tuples that repeat a lot (one per routing outcome):
-    each distinct tuple is converted once and then taken by index."""
+def _string_lists(values: Sequence[tuple[str, ...]], names: dict[str, str]) -> pa.Array:
+    """A list<string> column from tuples that repeat a lot (one per routing outcome),
+    each item renamed through `names`: each distinct tuple is converted once and then
+    taken by index."""
     distinct = list(dict.fromkeys(values))
     code = {v: i for i, v in enumerate(distinct)}
     index = np.array(list(map(code.__getitem__, values)), dtype=np.int32)
-    return pa.array(distinct, pa.list_(pa.string())).take(index)
+    renamed = [[names.get(item, item) for item in v] for v in distinct]
+    return pa.array(renamed, pa.list_(pa.string())).take(index)

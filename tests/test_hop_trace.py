@@ -21,7 +21,7 @@ def event(
         "event_type": "quote",
         "publisher": "p",
         "to_nodes": to,
-        "delivered_to": ("s",) if not to else (),
+        "delivered_to": ("client:s#1",) if not to else (),
         "t_start_ns": t_start,
         "t_routed_ns": t_start + routing_ns,
         "t_done_ns": t_start + routing_ns + 7,
@@ -37,7 +37,10 @@ def event(
 
 def test_reads_become_rows_with_shared_values_and_cpu_shares(tmp_path: Path) -> None:
     recorder = HopRecorder(tmp_path / "traces", "run", "4")
-    first = event(1, 1_000, 300, index=0) + event(2, 1_400, 100, index=1, to=("2", "3"))
+    recorder.peers.update({"broker:2": "2", "client:s#1": "s"})  # broker:3 left unnamed
+    first = event(1, 1_000, 300, index=0) + event(
+        2, 1_400, 100, index=1, to=("broker:2", "broker:3")
+    )
     recorder.add_read("client:p", 900, 2, 8_000, 5, first)
     recorder.add_read("2", 5_000, 3, 999, 6, event(3, 5_050, 0, index=2))
     recorder.close()
@@ -54,7 +57,7 @@ def test_reads_become_rows_with_shared_values_and_cpu_shares(tmp_path: Path) -> 
     assert (three["t_arrival_ns"], three["wait_ns"]) == (5_000, 50)
     assert (one["batch"], three["batch"], two["batch_index"]) == (2, 3, 1)
     assert (one["subscriptions"], three["subscriptions"]) == (5, 6)
-    assert two["to_nodes"] == ["2", "3"] and two["delivered_to"] == []
+    assert two["to_nodes"] == ["2", "broker:3"] and two["delivered_to"] == []
     assert one["to_nodes"] == [] and one["delivered_to"] == ["s"]
     assert (two["t_done_ns"], two["bytes_in"], two["bytes_out"]) == (1_507, 102, 202)
     assert {r["run_id"] for r in rows.values()} == {"run"}
