@@ -478,6 +478,9 @@ class Broker:
             else:  # a link is gone: trace where the event really went
                 to_nodes = tuple(out.link_id for out, _ in sends if out.kind == "broker")
                 delivered = tuple(out.link_id for out, _ in sends if out.kind != "broker")
+            bytes_out = 0
+            for _, frame in sends:
+                bytes_out += len(frame)
             sizes = link.conn.frame_sizes
             link.trace_rows += (  # monitor.hop_trace.EVENT_FIELDS
                 event.event_id,
@@ -491,7 +494,7 @@ class Broker:
                 index,
                 queued,
                 sizes[index] if index < len(sizes) else 0,
-                sum([len(frame) for _, frame in sends]),
+                bytes_out,
                 decision.filters_matched,
                 len(event.path),
             )
