@@ -11,16 +11,30 @@ import contextlib
 import json
 import os
 import signal
+import ssl
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from broker import logs
+from broker.limits import Limits
 from broker.process import BrokerProcesses, StartupError, run_broker
+from broker.protocol import DEFAULT_MAX_FRAME
+from broker.security import (
+    SECRET_ENV,
+    SECRET_FILE_ENV,
+    BrokerSecurity,
+    ClientCredentials,
+    client_ssl_context,
+    read_secret,
+    secret_from_env,
+)
 from broker.server import BrokerConfig
+from client.aio import ClientError
 from routing import FilterSyntaxError, parse_filter
 from topologies import TopologyError, load_case_study
 
@@ -72,22 +86,45 @@ def _load(path: str) -> Any:
 # -- commands ---------------------------------------------------------------------------
 
 
+def _secret_file(args: argparse.Namespace) -> Path | None:
+    """The --secret-file argument, checked to hold a secret."""
+    if args.secret_file is None:
+        return None
+    path = Path(args.secret_file)
+    try:
+        read_secret(path)
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"--secret-file: {exc}") from None
+    return path
+
+
 def cmd_broker(args: argparse.Namespace) -> int:
     study = _load(args.file)
     if args.id not in study.topology.brokers:
         raise BadInput(f"{args.file}: no broker with id {args.id}")
     trace_dir = Path(args.trace_dir) if args.trace_dir else None
-    run_broker(study.topology, args.id, BrokerConfig(trace_dir=trace_dir, run_id=args.run_id))
+    config = BrokerConfig(
+        max_frame=args.max_frame,
+        trace_dir=trace_dir,
+        run_id=args.run_id,
+        limits=Limits(**{f.name: getattr(args, f.name) for f in fields(Limits)}),
+        security=BrokerSecurity.from_topology(study.topology, _secret_file(args)),
+    )
+    run_broker(study.topology, args.id, config)
     return EXIT_OK
 
 
 def cmd_net(args: argparse.Namespace) -> int:
     study = _load(args.file)
     topology = study.topology
-    extra = ["--log-level", args.log_level]
+    extra = ["--log-level", args.log_level, *_limit_args(args)]
     if args.trace_dir:
         extra += ["--trace-dir", args.trace_dir, "--run-id", args.run_id]
-    procs = BrokerProcesses(Path(args.file), topology, extra)
+    secret_file = _secret_file(args)
+    if secret_file is not None:
+        extra += ["--secret-file", str(secret_file.resolve())]
+    credentials = ClientCredentials.for_network(topology, secret_file)
+    procs = BrokerProcesses(Path(args.file), topology, extra, credentials)
     stop = False
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -119,21 +156,46 @@ def cmd_net(args: argparse.Namespace) -> int:
         procs.stop()
 
 
+def _client_credentials(args: argparse.Namespace) -> ClientCredentials:
+    """A client command's secret (--secret-file, else the environment) and TLS context."""
+    secret_file = _secret_file(args)
+    secret = read_secret(secret_file) if secret_file else secret_from_env()
+    context: ssl.SSLContext | None = None
+    if args.ca:
+        try:
+            cert = Path(args.cert) if args.cert else None
+            key = Path(args.key) if args.key else None
+            context = client_ssl_context(Path(args.ca), cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise BadInput(f"--ca/--cert/--key: {exc}") from None
+    elif args.cert or args.key:
+        raise BadInput("--cert and --key need --ca (TLS)")
+    return ClientCredentials(secret, context)
+
+
 def cmd_sub(args: argparse.Namespace) -> int:
     filters = [parse_filter(text) for text in args.filters]
     host, port = _address(args.address)
+    creds = _client_credentials(args)
     with contextlib.suppress(KeyboardInterrupt):
-        trio.run(_subscribe_and_print, host, port, args.name, filters, args.count)
+        trio.run(_subscribe_and_print, host, port, args.name, filters, args.count, creds)
     return EXIT_OK
 
 
 async def _subscribe_and_print(
-    host: str, port: int, name: str, filters: list[Any], count: int | None
+    host: str,
+    port: int,
+    name: str,
+    filters: list[Any],
+    count: int | None,
+    creds: ClientCredentials,
 ) -> None:
     """Several filters are a disjunction: print each event once, whichever matched."""
     import client
 
-    async with client.open_client(host, port, name=name) as c:
+    async with client.open_client(
+        host, port, name=name, secret=creds.secret, ssl_context=creds.ssl_context
+    ) as c:
         subs = [await c.subscribe(f) for f in filters]
         print(f"subscribed to {len(subs)} filter(s) at {host}:{port}", file=sys.stderr)
         send, receive = trio.open_memory_channel[Any](0)
@@ -167,7 +229,10 @@ def cmd_pub(args: argparse.Namespace) -> int:
 
     attributes = _attributes(args.attributes)
     host, port = _address(args.address)
-    with client.Client.connect(host, port, name=args.name) as c:
+    creds = _client_credentials(args)
+    with client.Client.connect(
+        host, port, name=args.name, secret=creds.secret, ssl_context=creds.ssl_context
+    ) as c:
         for i in range(args.count):
             c.publish(attributes)
             if args.rate and i + 1 < args.count:
@@ -181,7 +246,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     import client
 
     host, port = _address(args.address)
-    with client.Client.connect(host, port, name=args.name) as c:
+    creds = _client_credentials(args)
+    with client.Client.connect(
+        host, port, name=args.name, secret=creds.secret, ssl_context=creds.ssl_context
+    ) as c:
         print(json.dumps(c.stats(), indent=2, sort_keys=True))
     return EXIT_OK
 
@@ -279,6 +347,74 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-id", default="adhoc", help="run id written into the traces")
 
 
+_LIMIT_HELP = {
+    "max_attributes": "attributes per event",
+    "max_name_len": "characters per attribute name (events and filters)",
+    "max_value_len": "characters per string, bytes per bytes value (events and filters)",
+    "max_constraints": "constraints per filter",
+    "max_subscriptions": "subscriptions per client connection",
+}
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _frame_size(text: str) -> int:
+    value = _positive_int(text)
+    if value > 2**32 - 1:
+        raise argparse.ArgumentTypeError(f"must be at most {2**32 - 1}, got {value}")
+    return value
+
+
+def add_broker_options(p: argparse.ArgumentParser) -> None:
+    """Limits on what clients send, and the network secret."""
+    p.add_argument(
+        "--max-frame",
+        type=_frame_size,
+        default=DEFAULT_MAX_FRAME,
+        help=f"bytes per message frame (default {DEFAULT_MAX_FRAME})",
+    )
+    defaults = Limits()
+    for f in fields(Limits):
+        default = getattr(defaults, f.name)
+        p.add_argument(
+            "--" + f.name.replace("_", "-"),
+            type=_positive_int,
+            default=default,
+            help=f"limit: {_LIMIT_HELP[f.name]} (default {default})",
+        )
+    add_secret_option(p, "the network secret (overrides the topology's auth_secret_file)")
+
+
+def _limit_args(args: argparse.Namespace) -> list[str]:
+    """The limit options of `hop net`, to pass on to each `hop broker`."""
+    out = ["--max-frame", str(args.max_frame)]
+    for f in fields(Limits):
+        out += ["--" + f.name.replace("_", "-"), str(getattr(args, f.name))]
+    return out
+
+
+def add_secret_option(p: argparse.ArgumentParser, help: str) -> None:
+    p.add_argument("--secret-file", help=help)
+
+
+def add_client_options(p: argparse.ArgumentParser) -> None:
+    """Authentication and TLS of the manual clients."""
+    add_secret_option(
+        p, f"a file holding the secret to present (default: ${SECRET_ENV} or ${SECRET_FILE_ENV})"
+    )
+    p.add_argument("--ca", help="connect with TLS, trusting this CA certificate (PEM)")
+    p.add_argument("--cert", help="client certificate (PEM) to present with --ca")
+    p.add_argument("--key", help="key of --cert (PEM)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hop", description=__doc__.splitlines()[0])
     common = argparse.ArgumentParser(add_help=False)
@@ -292,11 +428,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--id", type=int, required=True, help="the broker's id in the file")
     add_trace_options(p)
+    add_broker_options(p)
     p.set_defaults(func=cmd_broker)
 
     p = command("net", "run every broker of a topology on this host")
     p.add_argument("file")
     add_trace_options(p)
+    add_broker_options(p)
     p.set_defaults(func=cmd_net)
 
     p = command("replay", "run a case study's workload and record traces into RUN_DIR")
@@ -354,6 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("filters", nargs="+", help='filters, e.g. "family = 7 and price < 120.5"')
     p.add_argument("--name", default=f"hop-sub-{os.getpid()}", help="client name (default: unique)")
     p.add_argument("--count", type=int, help="exit after this many events")
+    add_client_options(p)
     p.set_defaults(func=cmd_sub)
 
     p = command("pub", "publish an event given as name=value pairs")
@@ -362,6 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=f"hop-pub-{os.getpid()}", help="client name (default: unique)")
     p.add_argument("--count", type=int, default=1)
     p.add_argument("--rate", type=float, help="events per second (default: as fast as possible)")
+    add_client_options(p)
     p.set_defaults(func=cmd_pub)
 
     p = command("stats", "print a broker's counters as JSON")
@@ -369,6 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--name", default=f"hop-stats-{os.getpid()}", help="client name (default: unique)"
     )
+    add_client_options(p)
     p.set_defaults(func=cmd_stats)
     return parser
 
@@ -388,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     except StartupError as exc:
         print(f"hop {args.command}: {exc}", file=sys.stderr)
         return EXIT_FAILURE
-    except (ConnectionError, OSError, TimeoutError) as exc:
+    except (ConnectionError, OSError, TimeoutError, ClientError) as exc:
         print(f"hop {args.command}: {exc}", file=sys.stderr)
         return EXIT_FAILURE
 

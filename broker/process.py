@@ -18,6 +18,7 @@ import trio
 
 from broker.probe import fetch_stats
 from broker.protocol import ProtocolError
+from broker.security import ClientCredentials
 from broker.server import Broker, BrokerConfig
 from topologies import Topology
 
@@ -62,12 +63,22 @@ def port_accepts(host: str, port: int, timeout: float = 0.2) -> bool:
 
 
 class BrokerProcesses:
-    """Child processes running the brokers of a topology file, stopped by PID."""
+    """Child processes running the brokers of a topology file, stopped by PID.
 
-    def __init__(self, topology_file: Path, topology: Topology, extra_args: Sequence[str] = ()):
+    `credentials` are for the readiness checks (default: those the topology names).
+    """
+
+    def __init__(
+        self,
+        topology_file: Path,
+        topology: Topology,
+        extra_args: Sequence[str] = (),
+        credentials: ClientCredentials | None = None,
+    ):
         self.topology_file = topology_file
         self.topology = topology
         self.extra_args = list(extra_args)
+        self.credentials = credentials or ClientCredentials.for_network(topology)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
     def start(self, broker_ids: Sequence[int] | None = None, log_dir: Path | None = None) -> None:
@@ -110,7 +121,11 @@ class BrokerProcesses:
         if not port_accepts(host, port):
             return False
         try:
-            return fetch_stats(host, port, timeout=2.0)["pid"] == pid
+            creds = self.credentials
+            stats = fetch_stats(
+                host, port, timeout=2.0, secret=creds.secret, ssl_context=creds.ssl_context
+            )
+            return stats["pid"] == pid
         except (OSError, ProtocolError, KeyError):
             return False
 

@@ -27,6 +27,11 @@ in the same ``receive_data`` call are dropped with the connection. ``send`` rais
 ProtocolError for a message this side may not send now (ERR_UNEXPECTED) or that does not
 fit in a frame (ERR_FRAMING); that is a bug in the caller, and leaves the state unchanged.
 
+Limits. An acceptor given ``limits`` (``broker.limits.Limits``) checks the Publish,
+Subscribe and Unsubscribe messages a *client* peer sends once the handshake is complete,
+and counts its subscriptions; a message over a limit is a violation with code
+``ERR_LIMIT`` (see ``broker.limits``).
+
 Not the protocol's business, left to the caller: checking Hello's secret (answer Error
 instead of Welcome), answering Ping with Pong and Flush with FlushAck, timeouts.
 """
@@ -35,6 +40,7 @@ import struct
 from enum import Enum
 from typing import Literal
 
+from broker.limits import ERR_LIMIT, Limits
 from broker.messages import (
     ERR_FRAMING,
     ERR_MALFORMED,
@@ -73,6 +79,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME",
     "DIRECTION_TABLE",
     "ERR_FRAMING",
+    "ERR_LIMIT",
     "ERR_MALFORMED",
     "ERR_UNEXPECTED",
     "ERR_UNKNOWN_TYPE",
@@ -86,6 +93,7 @@ __all__ = [
     "Flush",
     "FlushAck",
     "Hello",
+    "Limits",
     "Message",
     "Ping",
     "Pong",
@@ -180,6 +188,7 @@ _ON_LINK = {
     for link in _ANY_LINK
 }
 _TRANSITIONS = frozenset({Hello, Welcome, Bye, Error})
+_LIMITED = frozenset({Publish, Subscribe, Unsubscribe})
 
 
 def encode_frame(message: Message, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
@@ -202,13 +211,17 @@ def error_frame(code: str, message: str) -> bytes:
 def _bad_length(length: int, max_frame: int) -> ProtocolError:
     if length == 0:
         return ProtocolError(ERR_FRAMING, "zero-length frame")
-    return ProtocolError(ERR_FRAMING, f"frame of {length} bytes exceeds the maximum of {max_frame}")
+    return ProtocolError(
+        ERR_FRAMING, f"frame of {length} bytes exceeds the maximum of {max_frame} (max_frame)"
+    )
 
 
 class Connection:
     """The protocol state of one connection, seen from one side (see the module doc)."""
 
-    def __init__(self, side: Side, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(
+        self, side: Side, *, max_frame: int = DEFAULT_MAX_FRAME, limits: Limits | None = None
+    ) -> None:
         if side not in ("initiator", "acceptor"):
             raise ValueError(f"side must be 'initiator' or 'acceptor', not {side!r}")
         if not 0 < max_frame <= _MAX_LENGTH:
@@ -224,6 +237,9 @@ class Connection:
         self._peer_closed = False
         self._error: ProtocolError | None = None
         self._buffer = bytearray()
+        self._limits = limits
+        self._limited: Limits | None = None  # the limits in force: a client peer, OPEN
+        self._subscriptions: set[int] = set()  # a limited peer's subscriptions in force
         self.frame_sizes: list[int] = []
         """Sizes in bytes of the frames of the messages the last receive_data returned."""
         self._receivable = self._sendable = _NOTHING
@@ -307,6 +323,7 @@ class Connection:
         bytes they took. Frames are read in place through a memoryview."""
         max_frame = self._max_frame
         receivable = self._receivable
+        limited = self._limited
         read_length = _LENGTH.unpack_from
         end = len(buffer)
         start = 0
@@ -322,9 +339,11 @@ class Connection:
                 kind = type(message)
                 if kind not in receivable:
                     raise self._unexpected(kind, receiving=True)
+                if limited is not None and kind in _LIMITED:
+                    self._check_limits(limited, message, length)
                 if kind in _TRANSITIONS:
                     self._on_received(message)
-                    receivable = self._receivable
+                    receivable, limited = self._receivable, self._limited
                 messages.append(message)
                 self.frame_sizes.append(stop - start)
                 start = stop
@@ -357,11 +376,26 @@ class Connection:
             self._state = State.AWAIT_WELCOME
         elif isinstance(message, Welcome):
             self._state = State.OPEN
+            if self._peer_role == "client":
+                self._limited = self._limits
         else:  # Bye or Error
             self._our_closed = True
             if self._peer_closed:
                 self._state = State.CLOSED
         self._update_allowed()
+
+    def _check_limits(self, limits: Limits, message: Message, size: int) -> None:
+        """Raise ProtocolError(ERR_LIMIT) if a client's message (of ``size`` bytes)
+        exceeds ``limits``."""
+        if type(message) is Publish:
+            limits.check_event(message.attributes, size)
+        elif isinstance(message, Subscribe):
+            limits.check_filter(message.filter, message.sub_id)
+            if message.sub_id not in self._subscriptions:
+                limits.check_subscription_count(len(self._subscriptions) + 1)
+                self._subscriptions.add(message.sub_id)
+        elif isinstance(message, Unsubscribe):
+            self._subscriptions.discard(message.sub_id)
 
     def _fail(self, error: ProtocolError) -> None:
         self._error = error

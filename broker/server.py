@@ -12,8 +12,10 @@ whose events it wants instead of growing the broker's memory. Control messages
 (acks, subscriptions, stats) take the same path, so their order with events holds.
 
 Bad input from a peer (malformed frames, oversized frames, wrong message types,
-bad filters) gets an `Error` message naming the problem and that connection is
-closed; the broker and its other connections carry on.
+bad filters, messages over a client limit, a wrong secret) gets an `Error` message
+naming the problem and that connection is closed; the broker and its other
+connections carry on. Brokers listen on their topology address only, with TLS if the
+topology asks for it (see `broker.security`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from broker.protocol import (
     Flush,
     FlushAck,
     Hello,
+    Limits,
     Ping,
     Pong,
     ProtocolError,
@@ -54,6 +57,7 @@ from broker.protocol import (
     encode_frame,
     error_frame,
 )
+from broker.security import ERR_AUTH, BrokerSecurity, secret_matches
 from monitor.hop_trace import HopRecorder
 from routing import Filter
 from routing.router import (
@@ -83,6 +87,8 @@ class BrokerConfig:
     reconnect_max_s: float = 2.0
     trace_dir: Path | None = None  # record a `hops` row per event (monitor.schema)
     run_id: str = ""
+    limits: Limits = field(default_factory=Limits)  # on what clients send
+    security: BrokerSecurity = field(default_factory=BrokerSecurity)
 
 
 @dataclass
@@ -191,7 +197,10 @@ class Broker:
 
     async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listen and keep the parent link up until cancelled."""
-        listeners = await trio.open_tcp_listeners(self.spec.port, host=self.spec.host)
+        listeners: list[Any] = await trio.open_tcp_listeners(self.spec.port, host=self.spec.host)
+        ssl_context = self.config.security.server_ssl
+        if ssl_context is not None:
+            listeners = [trio.SSLListener(listener, ssl_context) for listener in listeners]
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(trio.serve_listeners, self._accept, listeners)
@@ -220,7 +229,7 @@ class Broker:
         delay = self.config.reconnect_initial_s
         while True:
             try:
-                stream = await trio.open_tcp_stream(host, port)
+                stream = await self._open_parent_stream(host, port)
             except OSError:
                 await trio.sleep(delay * random.uniform(0.5, 1.5))
                 delay = min(delay * 2, self.config.reconnect_max_s)
@@ -229,30 +238,41 @@ class Broker:
             conn = Connection("initiator", max_frame=self.config.max_frame)
             try:
                 with trio.fail_after(HANDSHAKE_TIMEOUT_S):
-                    await stream.send_all(conn.send(Hello(PROTOCOL_VERSION, "broker", self.name)))
+                    secret = self.config.security.secret
+                    hello = Hello(PROTOCOL_VERSION, "broker", self.name, secret)
+                    await stream.send_all(conn.send(hello))
                     welcome, leftover = await _read_one(stream, conn)
                 if not isinstance(welcome, Welcome):
                     raise ProtocolError("unexpected", f"parent answered {welcome!r}")
             except (OSError, trio.BrokenResourceError, trio.TooSlowError, ProtocolError) as exc:
                 self._log.warning("parent_handshake_failed", parent=parent, error=str(exc))
-                await stream.aclose()
+                await trio.aclose_forcefully(stream)  # TLS: aclose would retry the handshake
                 await trio.sleep(delay)
                 continue
             self._log.info("parent_connected", parent=parent)
             await self._run_link(self.parent_link_id, "broker", str(parent), stream, conn, leftover)
             self._log.warning("parent_lost", parent=parent)
 
-    async def _accept(self, stream: trio.SocketStream) -> None:
+    async def _open_parent_stream(self, host: str, port: int) -> trio.abc.Stream:
+        """A TCP stream to the parent, in TLS if configured (the TLS handshake happens
+        with the first send, within the handshake timeout)."""
+        stream = await trio.open_tcp_stream(host, port)
+        ssl_context = self.config.security.parent_ssl
+        if ssl_context is None:
+            return stream
+        return trio.SSLStream(stream, ssl_context, server_hostname=host)
+
+    async def _accept(self, stream: trio.abc.Stream) -> None:
         """Serve one accepted connection; nothing a peer does may stop the broker."""
         try:
             await self._accept_link(stream)
         except Exception:
             self._log.exception("connection_failed")
             with trio.CancelScope(shield=True):
-                await stream.aclose()
+                await trio.aclose_forcefully(stream)
 
-    async def _accept_link(self, stream: trio.SocketStream) -> None:
-        conn = Connection("acceptor", max_frame=self.config.max_frame)
+    async def _accept_link(self, stream: trio.abc.Stream) -> None:
+        conn = Connection("acceptor", max_frame=self.config.max_frame, limits=self.config.limits)
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                 hello, leftover = await _read_one(stream, conn)
@@ -265,12 +285,16 @@ class Broker:
             await _refuse(stream, exc.code, exc.message)
             return
         except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            await stream.aclose()
+            await trio.aclose_forcefully(stream)  # TLS: aclose would wait for the handshake
             return
         await self._run_link(link_id, kind, hello.node_id, stream, conn, leftover)
 
     def _admit(self, hello: Hello) -> tuple[str, str]:
         """The link id for a peer that said Hello, or ProtocolError to refuse it."""
+        required = self.config.security.required_secret(hello.role)
+        if required is not None and not secret_matches(hello.secret, required):
+            self._log.warning("auth_refused", role=hello.role, peer=hello.node_id)
+            raise ProtocolError(ERR_AUTH, "authentication failed")
         if hello.role == "client":
             return f"client:{hello.node_id}#{next(self._client_numbers)}", "client"
         try:
@@ -573,6 +597,7 @@ class Broker:
             "topology": self.topology.name,
             "pid": os.getpid(),
             "uptime_s": round((time.time_ns() - self.started_ns) / 1e9, 3),
+            "time_ns": time.time_ns(),  # the broker's wall clock (replay's clock offsets)
             "routing": router["strategy"],
             "parent": "" if self.spec.parent is None else str(self.spec.parent),
             "parent_connected": int(self.parent_link_id in self.links),
@@ -601,7 +626,10 @@ async def _read_one(stream: trio.abc.Stream, conn: Connection) -> tuple[Any, lis
 
 
 async def _refuse(stream: trio.abc.Stream, code: str, message: str) -> None:
+    """Send Error and close, within a second: a peer that does not read cannot hold the
+    connection open (a cancelled aclose still closes; TLS's close_notify may be lost)."""
     with trio.move_on_after(1.0):
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             await stream.send_all(error_frame(code, message))
-    await stream.aclose()
+        await stream.aclose()
+    await trio.aclose_forcefully(stream)

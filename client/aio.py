@@ -17,6 +17,7 @@ broker sent Error), and every subscription ends.
 import contextlib
 import itertools
 import math
+import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -50,6 +51,7 @@ from broker.protocol import (
     Welcome,
     error_frame,
 )
+from broker.security import secret_from_env
 from routing import Filter, parse_filter, validate_event
 
 __all__ = [
@@ -236,7 +238,7 @@ _ReplyKey = tuple[type[Message], int]
 class AsyncClient:
     """A trio client connected to one broker; get one from ``open_client``."""
 
-    def __init__(self, stream: trio.SocketStream, name: str, nursery: trio.Nursery) -> None:
+    def __init__(self, stream: trio.abc.Stream, name: str, nursery: trio.Nursery) -> None:
         """Wrap a freshly opened ``stream`` and start its I/O task in ``nursery``; the
         handshake is not done yet (``open_client`` does it)."""
         self.name = name
@@ -411,7 +413,8 @@ class AsyncClient:
         try:
             async for frame in self._rx:
                 await self._stream.send_all(b"".join(_take_ready(self._rx, [frame])))
-            await self._stream.send_eof()  # the channel was closed: Bye or Error is out
+            if isinstance(self._stream, trio.abc.HalfCloseableStream):  # TLS is not
+                await self._stream.send_eof()  # the channel was closed: Bye or Error is out
         except _IO_ERRORS as exc:
             self._fail(_lost(f"writing to the broker failed: {exc!r}", exc))
         finally:
@@ -514,11 +517,26 @@ def _sole_exception(group: BaseExceptionGroup) -> BaseException | None:
     return error
 
 
+async def _open_stream(host: str, port: int, ssl_context: ssl.SSLContext | None) -> trio.abc.Stream:
+    """A TCP stream to the broker, in TLS if ``ssl_context`` is given (the broker's
+    certificate must name ``host``)."""
+    stream = await trio.open_tcp_stream(host, port)
+    if ssl_context is None:
+        return stream
+    return trio.SSLStream(stream, ssl_context, server_hostname=host)
+
+
 async def _connect(
-    nursery: trio.Nursery, host: str, port: int, name: str, secret: str | None, timeout: float
+    nursery: trio.Nursery,
+    host: str,
+    port: int,
+    name: str,
+    secret: str | None,
+    timeout: float,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncClient:
     with trio.move_on_after(timeout):
-        stream = await trio.open_tcp_stream(host, port)
+        stream = await _open_stream(host, port, ssl_context)
         client = AsyncClient(stream, name, nursery)
         try:
             await client._request(Hello(PROTOCOL_VERSION, "client", name, secret), (Welcome, 0))
@@ -531,10 +549,20 @@ async def _connect(
 
 @asynccontextmanager
 async def open_client(
-    host: str, port: int, *, name: str, secret: str | None = None, timeout: float = 10.0
+    host: str,
+    port: int,
+    *,
+    name: str,
+    secret: str | None = None,
+    timeout: float = 10.0,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[AsyncClient]:
     """Connect to the broker at ``host``:``port`` as client ``name`` (unique in the run:
     it prefixes event ids); the client is closed (``aclose``) when the block exits.
+
+    ``secret`` is presented to brokers that require one (default: ``$HOP_SECRET``, or the
+    file named by ``$HOP_SECRET_FILE``); ``ssl_context`` connects with TLS (see
+    ``broker.security.client_ssl_context``).
 
     Raises ``BrokerError`` if the broker refuses the Hello, ``ConnectionLost`` if it hangs
     up, ``OSError`` if the TCP connection fails, ``TimeoutError`` after ``timeout``
@@ -542,7 +570,9 @@ async def open_client(
     """
     try:
         async with trio.open_nursery() as nursery:
-            client = await _connect(nursery, host, port, name, secret, timeout)
+            if secret is None:
+                secret = secret_from_env()
+            client = await _connect(nursery, host, port, name, secret, timeout, ssl_context)
             try:
                 yield client
             finally:

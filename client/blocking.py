@@ -8,6 +8,7 @@ and closes the socket.
 """
 
 import queue
+import ssl
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
@@ -41,12 +42,15 @@ async def _serve(
     name: str,
     secret: str | None,
     timeout: float,
+    ssl_context: ssl.SSLContext | None,
 ) -> None:
     """The trio thread's main: connect, report to ``ready``, stay open until stopped."""
     async with AsyncExitStack() as stack:
         try:
             aclient = await stack.enter_async_context(
-                open_client(host, port, name=name, secret=secret, timeout=timeout)
+                open_client(
+                    host, port, name=name, secret=secret, timeout=timeout, ssl_context=ssl_context
+                )
             )
         except BaseException as exc:  # handed to the thread that called connect()
             ready.put(exc)
@@ -81,18 +85,19 @@ class Client:
         name: str,
         secret: str | None = None,
         timeout: float = 10.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> "Client":
         """Connect to the broker at ``host``:``port`` as client ``name`` (unique in the
         run: it prefixes event ids).
 
-        Raises ``BrokerError`` if the broker refuses the Hello, ``ConnectionLost`` if it
-        hangs up, ``OSError`` if the TCP connection fails, ``TimeoutError`` after
-        ``timeout`` seconds.
+        ``secret`` and ``ssl_context`` are as for ``open_client``. Raises ``BrokerError``
+        if the broker refuses the Hello, ``ConnectionLost`` if it hangs up, ``OSError`` if
+        the TCP connection fails, ``TimeoutError`` after ``timeout`` seconds.
         """
         ready: queue.SimpleQueue[_Ready] = queue.SimpleQueue()
         thread = threading.Thread(
             target=trio.run,
-            args=(_serve, ready, host, port, name, secret, timeout),
+            args=(_serve, ready, host, port, name, secret, timeout, ssl_context),
             name=f"hop-client-{name}",
             daemon=True,
         )

@@ -28,8 +28,9 @@ import trio
 from tqdm import tqdm
 
 import client
-from broker.probe import fetch_stats
+from broker.probe import clock_offset, fetch_stats
 from broker.process import BrokerProcesses
+from broker.security import ClientCredentials
 from monitor.schema import TRACE_VERSION
 from monitor.traces import read_table
 from monitor.tracing import ClientRecorder, attributes_from_json
@@ -73,6 +74,9 @@ class ReplayResult:
     run_id: str
     phases: Phases
     counts: Counts
+    clock_offsets_ns: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per broker: its clock minus this process's (offset_ns), and the round trip the
+    estimate came from (rtt_ns); see `broker.probe.clock_offset`."""
 
 
 def subscriber_name(subscriber_id: int) -> str:
@@ -112,34 +116,51 @@ def replay(
     copy = run_dir / "case_study.toml"
     shutil.copyfile(study_file, copy)
     run_id = f"{study.topology.name}-{scenario or 'base'}-{time.strftime('%Y%m%dT%H%M%S')}"
-    procs = BrokerProcesses(copy, study.topology, ["--trace-dir", str(traces), "--run-id", run_id])
+    creds = ClientCredentials.for_network(study.topology)
+    procs = BrokerProcesses(
+        copy, study.topology, ["--trace-dir", str(traces), "--run-id", run_id], creds
+    )
     try:
         procs.start(log_dir=run_dir / "logs")
         # Each broker imports pyarrow and warms it up (~1 s of CPU): allow for 15 on 2 cores.
         procs.wait_listening(timeout=30.0 + 3.0 * len(study.topology.brokers))
-        _wait_linked(study)
+        _wait_linked(study, creds)
+        offsets = clock_offsets(study, creds)
         pids = {str(b): p.pid for b, p in procs.procs.items()}
-        phases = trio.run(_drive, study, workload, rates, traces, run_id, quiet, pids)
+        phases = trio.run(_drive, study, workload, rates, traces, run_id, quiet, pids, creds)
     finally:
         codes = procs.stop()
     failed = {b: c for b, c in codes.items() if c != 0}
     counts = check_deliveries(run_dir, study)
-    result = ReplayResult(run_dir, run_id, phases, counts)
+    result = ReplayResult(run_dir, run_id, phases, counts, offsets)
     write_manifest(result, study, study_file, scenario, workload, rates, failed)
     if failed:
         raise ReplayError(f"brokers exited with errors: {failed} (see {run_dir / 'logs'})")
     return result
 
 
-def _wait_linked(study: CaseStudy, timeout: float = 20.0) -> None:
+def _wait_linked(study: CaseStudy, creds: ClientCredentials, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     for broker_id, spec in study.topology.brokers.items():
         while spec.parent is not None:
-            if fetch_stats(*study.topology.address(broker_id))["parent_connected"]:
+            host, port = study.topology.address(broker_id)
+            stats = fetch_stats(host, port, secret=creds.secret, ssl_context=creds.ssl_context)
+            if stats["parent_connected"]:
                 break
             if time.monotonic() > deadline:
                 raise ReplayError(f"broker {broker_id} did not link to its parent")
             time.sleep(0.05)
+
+
+def clock_offsets(study: CaseStudy, creds: ClientCredentials) -> dict[str, dict[str, int]]:
+    """Each broker's clock offset against this process (brokers may run on other hosts,
+    whose clocks stamp their trace rows)."""
+    out = {}
+    for broker_id in sorted(study.topology.brokers):
+        host, port = study.topology.address(broker_id)
+        estimate = clock_offset(host, port, secret=creds.secret, ssl_context=creds.ssl_context)
+        out[str(broker_id)] = asdict(estimate)
+    return out
 
 
 async def _drive(
@@ -150,9 +171,11 @@ async def _drive(
     run_id: str,
     quiet: bool,
     pids: dict[str, int],
+    creds: ClientCredentials,
 ) -> Phases:
     recorder = ClientRecorder(traces, run_id)
     topology = study.topology
+    connect: dict[str, Any] = {"secret": creds.secret, "ssl_context": creds.ssl_context}
     phases = Phases()
     delivered = [0]
     try:
@@ -160,7 +183,7 @@ async def _drive(
             for spec in study.subscribers.values():
                 name = subscriber_name(spec.id)
                 c = await stack.enter_async_context(
-                    client.open_client(*topology.address(spec.broker), name=name)
+                    client.open_client(*topology.address(spec.broker), name=name, **connect)
                 )
                 for text in spec.filters:
                     sub = await c.subscribe(text)
@@ -168,7 +191,9 @@ async def _drive(
             publishers = []
             for spec in study.publishers.values():
                 c = await stack.enter_async_context(
-                    client.open_client(*topology.address(spec.broker), name=publisher_name(spec.id))
+                    client.open_client(
+                        *topology.address(spec.broker), name=publisher_name(spec.id), **connect
+                    )
                 )
                 publishers.append((c, spec, EventGenerator(workload, spec, rates[spec.id])))
             phases.start_ns = time.time_ns()
@@ -365,8 +390,10 @@ def write_manifest(
         "python": platform.python_version(),
         "packages": {p: _version(p) for p in ("trio", "msgpack", "pyarrow", "pyspark")},
         "git_revision": _git_revision(),
-        "clock": "single host: every process stamps time.time_ns(), one clock; "
-        "cpu_ns from time.thread_time_ns() of the broker's thread",
+        "clock": "every process stamps time.time_ns(); brokers on other hosts have other "
+        "clocks: clock_offsets_ns estimates each broker's offset (its clock minus the "
+        "replay's) at replay start; cpu_ns from time.thread_time_ns() of the broker's thread",
+        "clock_offsets_ns": result.clock_offsets_ns,
         "trace_schema_version": TRACE_VERSION,
     }
     path = result.run_dir / "manifest.json"

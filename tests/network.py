@@ -10,6 +10,7 @@ from pathlib import Path
 
 from broker.probe import fetch_stats
 from broker.process import BrokerProcesses
+from broker.security import ClientCredentials
 from topologies import Topology, load_topology
 from topologies.generators import to_toml
 
@@ -54,7 +55,8 @@ class Network:
         self.file = workdir / f"{topology.name}.toml"
         self.file.write_text(to_toml(topology))
         self.logs = workdir / "logs"
-        self.procs = BrokerProcesses(self.file, topology)
+        self.credentials = ClientCredentials.for_network(topology)
+        self.procs = BrokerProcesses(self.file, topology, credentials=self.credentials)
 
     @classmethod
     def from_file(cls, name: str, workdir: Path, routing: str | None = None) -> Network:
@@ -88,7 +90,7 @@ class Network:
         for broker_id in brokers or sorted(self.topology.brokers):
             spec = self.topology.brokers[broker_id]
             while spec.parent is not None:
-                stats = fetch_stats(*self.address(broker_id))
+                stats = self.stats(broker_id)
                 if stats["parent_connected"]:
                     break
                 if time.monotonic() > deadline:
@@ -96,7 +98,10 @@ class Network:
                 time.sleep(0.05)
 
     def stats(self, broker_id: int) -> dict:
-        return fetch_stats(*self.address(broker_id))
+        creds = self.credentials
+        return fetch_stats(
+            *self.address(broker_id), secret=creds.secret, ssl_context=creds.ssl_context
+        )
 
     def stop(self) -> dict[int, int]:
         return self.procs.stop()

@@ -86,6 +86,11 @@ def test_replay_traces_show_every_routing_decision(tmp_path: Path, routing: str)
     phases = manifest["phases"]
     assert phases["start_ns"] < phases["measure_start_ns"] < phases["measure_end_ns"]
     assert phases["measure_end_ns"] <= phases["drain_end_ns"]
+    offsets = manifest["clock_offsets_ns"]
+    assert sorted(offsets, key=int) == [str(b) for b in sorted(study.topology.brokers)]
+    for estimate in offsets.values():  # one host, one clock: off by at most half the RTT
+        assert abs(estimate["offset_ns"]) <= estimate["rtt_ns"] // 2 + 1
+        assert abs(estimate["offset_ns"]) < 5_000_000
 
     publications = read_table(out, "publications").table.to_pylist()
     hops = read_table(out, "hops").table.to_pylist()

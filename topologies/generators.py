@@ -73,6 +73,7 @@ def to_toml(study: Topology | CaseStudy) -> str:
         f"base_port = {topology.base_port}",
         f"routing = {_str(topology.routing)}",
     ]
+    lines += _security_lines(topology)
     for broker in topology.brokers.values():
         lines += ["", "[[brokers]]", f"id = {broker.id}"]
         if broker.parent is not None:
@@ -155,6 +156,27 @@ def _value(value: object) -> str:
     if isinstance(value, tuple | list):
         return "[" + ", ".join(_value(v) for v in value) + "]"
     return repr(value)
+
+
+def _security_lines(topology: Topology) -> list[str]:
+    """Top-level keys and the [tls] table; paths are written absolute."""
+    security = topology.security
+    lines = []
+    if security.secret_file is not None:
+        lines.append(f"auth_secret_file = {_str(str(security.secret_file))}")
+    if security.client_secret_file is not None:
+        lines.append(f"client_secret_file = {_str(str(security.client_secret_file))}")
+    if security.tls is not None:
+        tls = security.tls
+        lines += [
+            "",
+            "[tls]",
+            f"ca = {_str(str(tls.ca))}",
+            f"cert = {_str(str(tls.cert))}",
+            f"key = {_str(str(tls.key))}",
+            f"verify_clients = {str(tls.verify_clients).lower()}",
+        ]
+    return lines
 
 
 def _str(text: str) -> str:

@@ -21,7 +21,13 @@ Keys (required ones marked *; anything else is an error):
   attributes / choose / ranges. Values are strings, integers, floats or booleans.
   Without `events` a publisher emits the workload's single event type;
 - [[subscribers]]: id*, broker*, filters* (a non-empty list of filter texts);
-- [[scenarios]]: name*, rate_scale (> 0, default 1), rates (publisher id -> events/s).
+- [[scenarios]]: name*, rate_scale (> 0, default 1), rates (publisher id -> events/s);
+- security, beyond the DESIGN example (docs/across-hosts.md): top-level
+  auth_secret_file (the network secret, required from brokers and clients) and
+  client_secret_file (the secret clients present instead, if given), and a [tls] table:
+  ca*, cert*, key* (PEM files), verify_clients (require client certificates, default
+  false). Relative paths are resolved against the file's folder; every named file must
+  exist. The files hold the secrets and keys; the topology only names them.
 
 Ids are integers from 1. Every problem becomes a `TopologyError` naming the file and
 the field, e.g. ``siena15.toml: brokers[3].parent: broker 99 does not exist``; array
@@ -34,6 +40,7 @@ import math
 import re
 import tomllib
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -45,7 +52,9 @@ from topologies.model import (
     EventSpec,
     PublisherSpec,
     Scenario,
+    Security,
     SubscriberSpec,
+    TlsFiles,
     Topology,
     TopologyError,
     Workload,
@@ -63,7 +72,11 @@ _TOP_KEYS = (
     "publishers",
     "subscribers",
     "scenarios",
+    "auth_secret_file",
+    "client_secret_file",
+    "tls",
 )
+_TLS_KEYS = ("ca", "cert", "key", "verify_clients")
 _WORKLOAD_KEYS = ("event_type", "families", "duration_s", "warmup_s", "drain_s", "seed")
 _DEFAULT_HOST = "127.0.0.1"
 _ID = re.compile(r"[0-9]+")
@@ -127,6 +140,7 @@ def _case_study(
 ) -> CaseStudy:
     _keys(doc, "", required=("base_port", "brokers"), allowed=_TOP_KEYS)
     topology = _topology(doc, stem, file)
+    topology = replace(topology, security=_security(doc, Path(file).parent))
     workload = _workload(doc["workload"], "workload") if "workload" in doc else None
     publishers = _publishers(doc, topology)
     return CaseStudy(
@@ -204,6 +218,41 @@ def _check_tree(brokers: dict[int, BrokerSpec], where: dict[int, str]) -> None:
             chain.append(current)
             current = brokers[current].parent
         reaches_root.update(chain)
+
+
+# --- security -------------------------------------------------------------------------
+
+
+def _security(doc: dict[str, Any], folder: Path) -> Security:
+    tls = None
+    if "tls" in doc:
+        entry = _keys(doc["tls"], "tls", required=("ca", "cert", "key"), allowed=_TLS_KEYS)
+        verify_clients = entry.get("verify_clients", False)
+        if not isinstance(verify_clients, bool):
+            _fail("tls.verify_clients", f"must be true or false, got {_kind(verify_clients)}")
+        tls = TlsFiles(
+            ca=_file(entry["ca"], "tls.ca", folder),
+            cert=_file(entry["cert"], "tls.cert", folder),
+            key=_file(entry["key"], "tls.key", folder),
+            verify_clients=verify_clients,
+        )
+    return Security(
+        secret_file=_optional_file(doc, "auth_secret_file", folder),
+        client_secret_file=_optional_file(doc, "client_secret_file", folder),
+        tls=tls,
+    )
+
+
+def _optional_file(doc: dict[str, Any], key: str, folder: Path) -> Path | None:
+    return _file(doc[key], key, folder) if key in doc else None
+
+
+def _file(value: object, at: str, folder: Path) -> Path:
+    """An existing file; a relative path is taken from the topology file's folder."""
+    path = folder / _string(value, at)
+    if not path.is_file():
+        _fail(at, f"file not found: {path}")
+    return path.resolve()
 
 
 # --- workload and clients -------------------------------------------------------------

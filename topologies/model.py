@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Literal
 
 Scalar = str | int | float | bool
@@ -45,6 +46,32 @@ class BrokerSpec:
 
 
 @dataclass(frozen=True)
+class TlsFiles:
+    """Certificate files for TLS on every link (PEM; paths already resolved)."""
+
+    ca: Path
+    """The CA that signed the brokers' certificates; peers are verified against it."""
+    cert: Path
+    """This broker's certificate (each host may hold its own file at this path)."""
+    key: Path
+    verify_clients: bool = False
+    """Require clients to present a certificate signed by `ca` too."""
+
+
+@dataclass(frozen=True)
+class Security:
+    """How the brokers of a topology authenticate peers; the files hold the secrets,
+    the topology only names them."""
+
+    secret_file: Path | None = None
+    """The network secret: brokers present it to their parent and require it from
+    their children, and from clients unless `client_secret_file` is set."""
+    client_secret_file: Path | None = None
+    """The secret clients must present, if it differs from the network secret."""
+    tls: TlsFiles | None = None
+
+
+@dataclass(frozen=True)
 class Topology:
     """A tree of brokers. `source` (the file it came from) is not part of equality."""
 
@@ -54,6 +81,7 @@ class Topology:
     routing: Routing = "hierarchical"
     brokers: dict[int, BrokerSpec] = field(default_factory=dict)
     source: str = field(default="", compare=False)
+    security: Security = field(default_factory=Security)
 
     @cached_property
     def _children(self) -> dict[int, list[int]]:
