@@ -304,6 +304,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         args.rate_scale,
         methods,
         measured_rates=args.measured_rates,
+        warm=not args.as_measured,
     )
     print(json.dumps(summary, indent=2, default=str))
     return EXIT_OK
@@ -463,6 +464,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--measured-rates",
         action="store_true",
         help="start from the rates the run's publishers reached, not the nominal ones",
+    )
+    p.add_argument(
+        "--as-measured",
+        action="store_true",
+        help="use service times and delays as measured, not reweighted for the target rates",
     )
     p.set_defaults(func=cmd_predict)
 

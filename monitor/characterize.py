@@ -17,7 +17,10 @@ Everything here stays constant when only the publication rates change (thesis
 * the delays that are not CPU queues: broker-to-broker links (done at one broker
   to arrival at the next), publish (client hand-over to arrival at the home
   broker) and delivery (done at the last broker to the subscriber's receipt);
-* the CPU the client process spends per event (a background load on the host).
+* the CPU the client process spends per event (a background load on the host);
+* with every service time and delay sample, the idle gap its receiving process had
+  before it, and each process's event rate: `monitor.warmth` uses them to carry
+  samples taken at a low rate over to a higher one.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.traces import read_table
+from monitor.warmth import gaps_since, idle_gaps
 
 Tree = tuple[tuple[tuple[str, str], ...], tuple[tuple[str, tuple[str, ...]], ...]]
 """(sorted (from, to) edges, sorted (broker, subscribers delivered there))."""
@@ -50,6 +54,15 @@ class Characterization:
     link_delay_ns: np.ndarray
     publish_delay_ns: np.ndarray
     deliver_delay_ns: np.ndarray
+    # The receiving process's idle gap before each sample (aligned with the samples
+    # above), and which broker received each link and publish sample.
+    service_gap_ns: dict[str, np.ndarray]
+    service_by_fanout_gap_ns: dict[str, dict[int, np.ndarray]]
+    link_gap_ns: np.ndarray
+    link_broker: np.ndarray
+    publish_gap_ns: np.ndarray
+    publish_broker: np.ndarray
+    deliver_gap_ns: np.ndarray
     client_cpu_per_event_s: float  # client process CPU per publication (with its deliveries)
     rates: dict[str, float]  # measured publications per second, per publisher
     cores: int
@@ -64,9 +77,22 @@ def characterize(run_dir: Path) -> Characterization:
     lo, hi = phases["measure_start_ns"], phases["measure_end_ns"]
     window_s = (hi - lo) / 1e9
     hops_read = read_table(run_dir, "hops")
-    hops = hops_read.table.to_pandas()
+    hops = hops_read.table.to_pandas().sort_values(["broker", "t_arrival_ns"], kind="stable")
+    hops["gap_ns"] = (
+        np.concatenate(
+            [
+                idle_gaps(g["t_arrival_ns"].to_numpy(), g["t_done_ns"].to_numpy())
+                for _, g in hops.groupby("broker", sort=False)
+            ]
+        )
+        if len(hops)
+        else np.array([])
+    )
     pubs = read_table(run_dir, "publications").table.to_pandas()
     dels = read_table(run_dir, "deliveries").table.to_pandas()
+    client_activity = np.concatenate(
+        [pubs["t_publish_ns"].to_numpy(), dels["t_deliver_ns"].to_numpy()]
+    )
     # Events published inside the window, followed wherever they went.
     in_window = set(pubs.loc[pubs["t_publish_ns"].between(lo, hi), "event_id"])
     hops = hops[hops["event_id"].isin(in_window)]
@@ -79,6 +105,7 @@ def characterize(run_dir: Path) -> Characterization:
     brokers = sorted(hops["broker"].unique(), key=int)
     cpu_s = phases.get("cpu_s", {})
     service, by_fanout, overhead = {}, {}, {}
+    service_gap, by_fanout_gap = {}, {}
     for broker, rows in hops.groupby("broker"):
         # The time an event holds the broker: decoding (the wait of the first event
         # of a read) plus routing until its last send was queued.
@@ -86,10 +113,13 @@ def characterize(run_dir: Path) -> Characterization:
         decode = float(first.median()) if len(first) else 0.0
         held = (rows["t_done_ns"] - rows["t_start_ns"]).to_numpy(dtype=float) + decode
         service[broker] = held
-        by_fanout[broker] = {
-            int(k): (g["t_done_ns"] - g["t_start_ns"]).to_numpy(dtype=float) + decode
-            for k, g in rows.groupby("fanout")
-        }
+        service_gap[broker] = rows["gap_ns"].to_numpy(dtype=float)
+        by_fanout[broker], by_fanout_gap[broker] = {}, {}
+        for k, g in rows.groupby("fanout"):
+            by_fanout[broker][int(k)] = (g["t_done_ns"] - g["t_start_ns"]).to_numpy(
+                dtype=float
+            ) + decode
+            by_fanout_gap[broker][int(k)] = g["gap_ns"].to_numpy(dtype=float)
         # Every hop row with t_arrival in the window was paid for in the window.
         arrived = rows["t_arrival_ns"].between(lo, hi).sum()
         total = cpu_s.get(broker)
@@ -101,7 +131,7 @@ def characterize(run_dir: Path) -> Characterization:
     home_rows = hops[hops["from_node"].str.startswith("client:")]
     home = dict(zip(home_rows["publisher"], home_rows["broker"], strict=False))
     trees = _trees(hops)
-    link, publish, deliver = _delays(hops, home_rows, pubs, dels)
+    delays = _delays(hops, home_rows, pubs, dels, client_activity)
     rates = (pubs.groupby("publisher").size() / window_s).to_dict()
     return Characterization(
         run_dir=run_dir,
@@ -112,9 +142,16 @@ def characterize(run_dir: Path) -> Characterization:
         overhead_ns=overhead,
         home=home,
         trees=trees,
-        link_delay_ns=link,
-        publish_delay_ns=publish,
-        deliver_delay_ns=deliver,
+        link_delay_ns=delays.link,
+        publish_delay_ns=delays.publish,
+        deliver_delay_ns=delays.deliver,
+        service_gap_ns=service_gap,
+        service_by_fanout_gap_ns=by_fanout_gap,
+        link_gap_ns=delays.link_gap,
+        link_broker=delays.link_broker,
+        publish_gap_ns=delays.publish_gap,
+        publish_broker=delays.publish_broker,
+        deliver_gap_ns=delays.deliver_gap,
         client_cpu_per_event_s=cpu_s.get("clients", 0.0) / max(1, len(pubs)),
         rates=rates,
         cores=int(manifest["host"]["cores"]),
@@ -150,12 +187,26 @@ def _trees(hops: pd.DataFrame) -> dict[str, list[tuple[float, Tree]]]:
     return out
 
 
+@dataclass
+class _Delays:
+    link: np.ndarray
+    link_gap: np.ndarray
+    link_broker: np.ndarray
+    publish: np.ndarray
+    publish_gap: np.ndarray
+    publish_broker: np.ndarray
+    deliver: np.ndarray
+    deliver_gap: np.ndarray
+
+
 def _delays(
     hops: pd.DataFrame,
     home_rows: pd.DataFrame,
     pubs: pd.DataFrame,
     dels: pd.DataFrame,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    client_activity: np.ndarray,
+) -> _Delays:
+    """The pure delays, each with its receiver's idle gap (and receiving broker)."""
     done = hops.set_index(["event_id", "broker"])["t_done_ns"]
     forwarded = hops[~hops["from_node"].str.startswith("client:")]
     sent = done.reindex(list(zip(forwarded["event_id"], forwarded["from_node"], strict=True)))
@@ -166,13 +217,18 @@ def _delays(
     )
     last = done.reindex(list(zip(dels["event_id"], dels["broker"], strict=True))).to_numpy()
     deliver = dels["t_deliver_ns"].to_numpy() - last
-    return (
-        _clean(link),
-        _clean(publish),
-        _clean(deliver),
+    link_keep, publish_keep, deliver_keep = _valid(link), _valid(publish), _valid(deliver)
+    return _Delays(
+        link=np.maximum(link[link_keep].astype(float), 0.0),
+        link_gap=forwarded["gap_ns"].to_numpy(dtype=float)[link_keep],
+        link_broker=forwarded["broker"].to_numpy()[link_keep],
+        publish=np.maximum(publish[publish_keep].astype(float), 0.0),
+        publish_gap=home_rows["gap_ns"].to_numpy(dtype=float)[publish_keep],
+        publish_broker=home_rows["broker"].to_numpy()[publish_keep],
+        deliver=np.maximum(deliver[deliver_keep].astype(float), 0.0),
+        deliver_gap=gaps_since(last.astype(float), client_activity.astype(float))[deliver_keep],
     )
 
 
-def _clean(values: np.ndarray) -> np.ndarray:
-    values = values[~np.isnan(values.astype(float))]
-    return np.maximum(values.astype(float), 0.0)
+def _valid(values: np.ndarray) -> np.ndarray:
+    return ~np.isnan(values.astype(float))

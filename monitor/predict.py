@@ -4,14 +4,17 @@ target workload, from one characterization run.
 The network model is built from `monitor.characterize` (service demands, trees,
 delays measured in the run) and the target rates (a case-study file and scenario,
 or the run's own rates); only the rates differ between the characterization and
-the prediction. Methods: ``mm1`` (the thesis' operational analysis), ``mm1-ps``
-(the same with the host's cores shared by processor sharing) and ``sim``
+the prediction, and the service and delay samples, drawn again for the target's
+rates by how long their processes had been idle (`monitor.warmth`). Methods:
+``mm1`` (the thesis' operational analysis), ``mm1-ps`` (the same with the host's
+cores shared by processor sharing) and ``sim``
 (discrete-event simulation). Output: RUN_DIR/analysis/predictions.parquet, one row
 per (kind, entity, metric, method), and simulated_latency.parquet (samples).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +30,7 @@ from monitor.model.network import EventClass, Host, Network, Station, Tree
 from monitor.model.operational import analyze as operational
 from monitor.model.simulation import simulate
 from monitor.replay import publisher_name
+from monitor.warmth import matched
 from topologies import load_case_study
 
 METHODS = ("mm1", "mm1-ps", "sim")
@@ -90,17 +94,56 @@ def target_workload(
     return Target(rates, arrivals, same_as_run=same)
 
 
+def _throughputs(char: Characterization, rates: dict[str, float]) -> tuple[dict[str, float], float]:
+    """Events per second at each broker, and at the client process (publications plus
+    deliveries), when the publishers publish at `rates`."""
+    visits: dict[str, float] = {}
+    client = 0.0
+    for publisher, trees in char.trees.items():
+        rate = rates.get(publisher, 0.0)
+        for share, (edges, deliveries) in trees:
+            for broker in {char.home[publisher], *(child for _, child in edges)}:
+                visits[broker] = visits.get(broker, 0.0) + rate * share
+            client += rate * share * (1 + sum(len(subs) for _, subs in deliveries))
+    return visits, client
+
+
+def warmed(char: Characterization, target: Target, seed: int = 1) -> Characterization:
+    """`char` with its service and delay samples drawn again for the target's rates
+    (`monitor.warmth`): each process's samples for its own change of rate."""
+    calibration, client_calibration = _throughputs(char, char.rates)
+    target_rates, client_target = _throughputs(char, target.rates)
+    scale = {b: target_rates.get(b, 0.0) / x for b, x in calibration.items() if x > 0}
+    rng = np.random.default_rng(seed)
+
+    def at_brokers(samples: np.ndarray, gaps: np.ndarray, brokers: np.ndarray) -> np.ndarray:
+        return matched(samples, gaps, np.array([scale.get(b, 1.0) for b in brokers]), rng)
+
+    def at(broker: str, samples: np.ndarray, gaps: np.ndarray) -> np.ndarray:
+        return matched(samples, gaps, scale.get(broker, 1.0), rng)
+
+    client_scale = client_target / client_calibration if client_calibration > 0 else 1.0
+    return dataclasses.replace(
+        char,
+        service_ns={b: at(b, v, char.service_gap_ns[b]) for b, v in char.service_ns.items()},
+        service_by_fanout={
+            b: {k: at(b, v, char.service_by_fanout_gap_ns[b][k]) for k, v in groups.items()}
+            for b, groups in char.service_by_fanout.items()
+        },
+        link_delay_ns=at_brokers(char.link_delay_ns, char.link_gap_ns, char.link_broker),
+        publish_delay_ns=at_brokers(
+            char.publish_delay_ns, char.publish_gap_ns, char.publish_broker
+        ),
+        deliver_delay_ns=matched(char.deliver_delay_ns, char.deliver_gap_ns, client_scale, rng),
+    )
+
+
 def build_network(char: Characterization, target: Target) -> Network:
     """The model of the characterized network under the target rates."""
     total_rate = sum(target.rates.values())
     # Off-path CPU (clients, and each broker's per-event overhead) takes cores away
     # from the brokers' event handling in proportion to the target throughputs.
-    visits: dict[str, float] = {}
-    for publisher, trees in char.trees.items():
-        rate = target.rates.get(publisher, 0.0)
-        for share, (edges, _) in trees:
-            for broker in {char.home[publisher], *(child for _, child in edges)}:
-                visits[broker] = visits.get(broker, 0.0) + rate * share
+    visits, _ = _throughputs(char, target.rates)
     broker_overhead = sum(char.overhead_ns[b] * 1e-9 * x for b, x in visits.items())
     background = char.client_cpu_per_event_s * total_rate + broker_overhead
     host = Host("host", cores=float(char.cores), background=min(background, 0.95 * char.cores))
@@ -158,14 +201,19 @@ def predict(
     seed: int = 1,
     max_wall_s: float = 20.0,
     measured_rates: bool = False,
+    warm: bool = True,
 ) -> dict[str, Any]:
-    """Write RUN_DIR/analysis/predictions.parquet; return a summary."""
+    """Write RUN_DIR/analysis/predictions.parquet; return a summary.
+
+    With `warm` (the default) the run's samples are first drawn again for the target's
+    rates (`warmed`); without it they are taken as measured, as the thesis does.
+    """
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise ValueError(f"unknown methods {sorted(unknown)}; use {METHODS}")
     char = characterize(run_dir)
     target = target_workload(char, study_file, scenario, rate_scale, measured_rates)
-    network = build_network(char, target)
+    network = build_network(warmed(char, target, seed) if warm else char, target)
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"target_rates": target.rates, "methods": {}}
     for method in methods:
