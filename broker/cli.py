@@ -520,10 +520,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logs.configure(args.log_level)
+    if args.command in ("replay", "validate"):
+        # SIGTERM as Ctrl-C: unwind, so the brokers these commands started are stopped
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         return args.func(args)
     except (BadInput, TopologyError, FilterSyntaxError) as exc:

@@ -1,9 +1,14 @@
 """`hop validate`: characterize at low load, predict the target, measure it, report.
 
 1. calibration replay at `calibration_fraction` of the target rates into
-   RUN_DIR/calibration/, analysed with Spark;
+   RUN_DIR/calibration/, analysed with Spark. Its phases are 1/`calibration_fraction`
+   times longer, and the seed is the same, so it publishes the very events the
+   measurement will, only slower;
 2. prediction of the target workload from the calibration alone
-   (RUN_DIR/calibration/analysis/predictions.parquet);
+   (RUN_DIR/calibration/analysis/predictions.parquet): the calibration's measured
+   rates scaled up by 1/`calibration_fraction`, so the prediction is for the
+   events the measurement replays, not for the scenario's nominal rates, which a
+   short run's Poisson arrivals miss by several percent;
 3. measurement replay at the target rates into RUN_DIR/measurement/, analysed;
 4. RUN_DIR/report.html and report.md comparing 2 with 3.
 
@@ -18,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from monitor.replay import replay
+from topologies import Workload, load_case_study
 
 QUICK = {"duration_s": 10.0, "warmup_s": 2.0}
 
@@ -58,6 +64,8 @@ def validate(
         if not quiet:
             print(f"[{time.monotonic() - started:6.1f} s] {text}", file=sys.stderr, flush=True)
 
+    workload = load_case_study(study_file).workload or Workload()
+    slow = 1 / calibration_fraction
     step("calibration replay")
     calibration = replay(
         study_file,
@@ -65,13 +73,14 @@ def validate(
         scenario=scenario,
         rate_scale=load_scale * calibration_fraction,
         quiet=quiet,
-        **durations,
+        duration_s=durations.get("duration_s", workload.duration_s) * slow,
+        warmup_s=durations.get("warmup_s", workload.warmup_s) * slow,
     )
     spark = spark_session(master)
     step("analysing the calibration run")
     analyze(calibration.run_dir, master=master, spark=spark)
     step("predicting the target workload")
-    predict(calibration.run_dir, study_file=study_file, scenario=scenario, rate_scale=load_scale)
+    predict(calibration.run_dir, rate_scale=slow, measured_rates=True)
     step("measurement replay")
     measurement = replay(
         study_file,

@@ -90,3 +90,35 @@ def test_hop_net_stops_every_broker_on_sigterm(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.integration
+def test_hop_replay_stops_its_brokers_on_sigterm(tmp_path: Path) -> None:
+    from tests.test_replay import small_study
+
+    path, study = small_study(tmp_path, "hierarchical")
+    proc = subprocess.Popen(
+        [*HOP, "replay", str(path), "--out", str(tmp_path / "run"), "--duration", "60", "--quiet"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        brokers = sorted(study.topology.brokers)
+        deadline = time.monotonic() + 30
+        pids: list[int] = []
+        while time.monotonic() < deadline and len(pids) < len(brokers):
+            try:
+                pids = [fetch_stats(*study.topology.address(b), timeout=1)["pid"] for b in brokers]
+            except OSError:
+                time.sleep(0.2)
+        assert len(pids) == len(brokers)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) != 0
+        for pid in pids:  # no broker outlives the replay
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
