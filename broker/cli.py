@@ -33,7 +33,7 @@ from broker.security import (
     read_secret,
     secret_from_env,
 )
-from broker.server import BrokerConfig
+from broker.server import QUEUE_POLICIES, BrokerConfig
 from client.aio import ClientError
 from routing import FilterSyntaxError, parse_filter
 from topologies import TopologyError, load_case_study
@@ -109,6 +109,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         run_id=args.run_id,
         limits=Limits(**{f.name: getattr(args, f.name) for f in fields(Limits)}),
         security=BrokerSecurity.from_topology(study.topology, _secret_file(args)),
+        **_fault_options(args),
     )
     run_broker(study.topology, args.id, config)
     return EXIT_OK
@@ -117,7 +118,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
 def cmd_net(args: argparse.Namespace) -> int:
     study = _load(args.file)
     topology = study.topology
-    extra = ["--log-level", args.log_level, *_limit_args(args)]
+    _fault_options(args)  # refuse bad values before starting anything
+    extra = ["--log-level", args.log_level, *_limit_args(args), *_fault_args(args)]
     if args.trace_dir:
         extra += ["--trace-dir", args.trace_dir, "--run-id", args.run_id]
     secret_file = _secret_file(args)
@@ -416,6 +418,48 @@ def add_client_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key", help="key of --cert (PEM)")
 
 
+# Fault-handling options of `hop broker` and `hop net`: (flag, BrokerConfig field, type, help)
+FAULT_OPTIONS = [
+    ("--queue-frames", "queue_frames", int, "frames queued per link before its policy applies"),
+    ("--queue-policy", "queue_policy", str, "full queue of a client: block (backpressure) or drop"),
+    ("--stuck-timeout", "stuck_timeout_s", float, "cut a link whose writes stall this long (s)"),
+    ("--heartbeat", "heartbeat_s", float, "ping a peer quiet this long (s; 0: off)"),
+    ("--heartbeat-timeout", "heartbeat_timeout_s", float, "cut a peer silent this long (s)"),
+    ("--drain-timeout", "drain_timeout_s", float, "on SIGTERM, time to send what is queued (s)"),
+]
+
+
+def add_fault_options(p: argparse.ArgumentParser) -> None:
+    defaults = BrokerConfig()
+    for flag, name, kind, help in FAULT_OPTIONS:
+        choices = QUEUE_POLICIES if name == "queue_policy" else None
+        default = getattr(defaults, name)
+        p.add_argument(
+            flag, dest=name, type=kind, choices=choices, help=f"{help} (default {default})"
+        )
+
+
+def _fault_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The fault options given on the command line, as BrokerConfig fields."""
+    given = {name: getattr(args, name) for _, name, _, _ in FAULT_OPTIONS}
+    given = {name: value for name, value in given.items() if value is not None}
+    try:
+        BrokerConfig(**given)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    return given
+
+
+def _fault_args(args: argparse.Namespace) -> list[str]:
+    """The fault options given, as arguments for `hop broker` (what `hop net` runs)."""
+    out = []
+    for flag, name, _, _ in FAULT_OPTIONS:
+        value = getattr(args, name)
+        if value is not None:
+            out += [flag, str(value)]
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hop", description=__doc__.splitlines()[0])
     common = argparse.ArgumentParser(add_help=False)
@@ -430,12 +474,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--id", type=int, required=True, help="the broker's id in the file")
     add_trace_options(p)
     add_broker_options(p)
+    add_fault_options(p)
     p.set_defaults(func=cmd_broker)
 
     p = command("net", "run every broker of a topology on this host")
     p.add_argument("file")
     add_trace_options(p)
     add_broker_options(p)
+    add_fault_options(p)
     p.set_defaults(func=cmd_net)
 
     p = command("replay", "run a case study's workload and record traces into RUN_DIR")

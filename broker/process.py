@@ -28,7 +28,11 @@ class StartupError(RuntimeError):
 
 
 def run_broker(topology: Topology, broker_id: int, config: BrokerConfig | None = None) -> None:
-    """Run one broker until SIGINT or SIGTERM; StartupError if it cannot listen."""
+    """Run one broker until SIGINT or SIGTERM; StartupError if it cannot listen.
+
+    On the signal the broker drains (`Broker.drain`: what it accepted reaches the
+    connected peers, within `drain_timeout_s`) and then flushes its trace.
+    """
     broker = Broker(topology, broker_id, config)
     # The start-up heap (trio, msgpack, pyarrow when tracing: ~10^5 objects) never
     # becomes garbage; freezing it keeps every full collection from walking it again.
@@ -42,6 +46,7 @@ def run_broker(topology: Topology, broker_id: int, config: BrokerConfig | None =
                 except OSError as exc:
                     raise StartupError(_listen_problem(topology, broker_id, exc)) from None
                 async for _ in signals:
+                    await broker.drain(broker.config.drain_timeout_s)
                     nursery.cancel_scope.cancel()
                     break
 

@@ -11,6 +11,39 @@ and TCP pushes back on whoever sends to it: a slow subscriber slows the publishe
 whose events it wants instead of growing the broker's memory. Control messages
 (acks, subscriptions, stats) take the same path, so their order with events holds.
 
+A link's `queue_depth` (stats) counts the frames in its queue plus the batch its
+writer is sending, so it is bounded by `queue_frames + batch_frames`.
+
+Queue policy for client links (`BrokerConfig.queue_policy`): `block` is the
+backpressure above; `drop` never waits on a subscriber's full queue: the event is
+dropped for that subscriber only, counted (the link's `events_dropped`, the broker's
+`drops["queue-full"]`) and traced. Links between brokers always block, since
+dropping there would silently cut whole subtrees off.
+
+Stuck links: a write to a peer that makes no progress for `stuck_timeout_s` (the
+peer stopped reading and the socket buffers are full) cuts that link, which frees
+whoever was blocked on its queue.
+
+Heartbeats: when nothing has been heard from a peer for `heartbeat_s`, it is sent a
+Ping; a link whose peer has sent nothing at all (Pong or anything else) for
+`heartbeat_timeout_s` is cut. Time spent not reading because of backpressure does
+not count as silence.
+
+Drops and the trace: when a routing decision names a link that is not connected
+(the parent link is down, a child or client went away) or a client's full queue
+under the `drop` policy, the event's `hops` row has decision "dropped" and its
+`drop_reason` lists every target that missed it, comma-separated, as
+`link-down:LINK` or `queue-full:LINK` (LINK is `broker:N` or `client:NAME#K`);
+`to_nodes` and `delivered_to` still list the targets that did get it. An event that
+already passed this broker is dropped whole with reason `cycle`. Stats count
+`events_dropped` (events missed by at least one target) and `drops` per reason.
+
+Clean shutdown (`drain`, on SIGTERM): the broker stops accepting and stops reading,
+sends every peer what is already queued for it followed by Bye, waits (at most
+`drain_timeout_s`) for the peers to hang up, and the trace is flushed on exit. So
+everything the broker accepted (routed, and acknowledged by a FlushAck queued
+behind it) before the signal reaches the peers that were connected.
+
 Bad input from a peer (malformed frames, oversized frames, wrong message types,
 bad filters, messages over a client limit, a wrong secret) gets an `Error` message
 naming the problem and that connection is closed; the broker and its other
@@ -59,9 +92,11 @@ from broker.protocol import (
 )
 from broker.security import ERR_AUTH, BrokerSecurity, secret_matches
 from monitor.hop_trace import HopRecorder
+from monitor.schema import HOPS
 from routing import Filter
 from routing.router import (
     Action,
+    Decision,
     Router,
     SendSubAck,
     SendSubscribe,
@@ -74,6 +109,8 @@ log = structlog.get_logger("hop.broker")
 READ_SIZE = 65536
 _CLOSED = ("", "")  # the link ended without a problem to report
 HANDSHAKE_TIMEOUT_S = 10.0
+QUEUE_POLICIES = ("block", "drop")
+DROP_REASONS = ("cycle", "link-down", "queue-full")
 
 
 @dataclass
@@ -89,6 +126,17 @@ class BrokerConfig:
     run_id: str = ""
     limits: Limits = field(default_factory=Limits)  # on what clients send
     security: BrokerSecurity = field(default_factory=BrokerSecurity)
+    queue_policy: str = "block"  # client links with a full queue: "block" | "drop"
+    stuck_timeout_s: float = 30.0  # cut a link whose writes make no progress (0: never)
+    heartbeat_s: float = 5.0  # ping a peer quiet for this long (0: no heartbeats)
+    heartbeat_timeout_s: float = 15.0  # cut a link whose peer was silent this long
+    drain_timeout_s: float = 3.0  # at shutdown, time to send what is queued
+
+    def __post_init__(self) -> None:
+        if self.queue_policy not in QUEUE_POLICIES:
+            raise ValueError(f"queue_policy must be one of {QUEUE_POLICIES}: {self.queue_policy!r}")
+        if self.heartbeat_s > 0 and self.heartbeat_timeout_s <= self.heartbeat_s:
+            raise ValueError("heartbeat_timeout_s must be longer than heartbeat_s")
 
 
 @dataclass
@@ -99,6 +147,7 @@ class LinkCounters:
     bytes_out: int = 0
     messages_in: int = 0
     messages_out: int = 0
+    events_dropped: int = 0  # queue-full drops (the `drop` policy)
 
 
 @dataclass
@@ -128,6 +177,16 @@ class Link:
     # CPU time spent in that read on anything else (control messages, blocked sends).
     trace_rows: list[Any] = field(default_factory=list)
     untraced_cpu_ns: int = 0
+    # Liveness (time.monotonic() seconds): the reader waits for data since `heard`
+    # when `receiving`; a write is in progress since `send_started` (0: none).
+    receiving: bool = False
+    heard: float = 0.0
+    send_started: float = 0.0
+    pinged: float = 0.0
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)  # the whole link
+    read_scope: trio.CancelScope = field(default_factory=trio.CancelScope)  # its reader
+    writer_done: trio.Event = field(default_factory=trio.Event)
+    problem: tuple[str, str] | None = None  # why the broker cut the link
 
     def __post_init__(self) -> None:
         self.node = self.peer if self.kind == "broker" else f"client:{self.peer}"
@@ -147,17 +206,25 @@ class Link:
         self.waiting.frames += 1
         return True
 
-    async def enqueue(self, frame: bytes) -> None:
-        """Queue `frame`, waiting while the queue is full (backpressure)."""
+    async def enqueue(self, frame: bytes) -> bool:
+        """Queue `frame`, waiting while the queue is full (backpressure); False when
+        the link is (or got) closed instead."""
         if self.closed:
-            return
+            return False
         try:
             await self.send_channel.send(frame)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             self.closed = True
-            return
+            return False
         self.queued += 1
         self.waiting.frames += 1
+        return True
+
+    def cut(self, code: str, why: str) -> None:
+        """End the link from the broker's side; `code` and `why` go into the Error."""
+        if self.problem is None:
+            self.problem = (code, why)
+        self.scope.cancel()
 
 
 class Broker:
@@ -185,8 +252,12 @@ class Broker:
         self.waiting = FrameCount()
         self.started_ns = time.time_ns()
         self.events_routed = 0
-        self.events_dropped = 0
+        self.events_dropped = 0  # events that missed at least one target
+        self.drops = dict.fromkeys(DROP_REASONS, 0)  # missed targets, by reason
         self.on_event = on_event
+        self._drop_when_full = self.config.queue_policy == "drop"
+        self._draining = False
+        self._accepting = trio.CancelScope()
         self.tracer: HopRecorder | None = None
         if self.config.trace_dir is not None:
             self.tracer = HopRecorder(self.config.trace_dir, self.config.run_id, self.name)
@@ -203,7 +274,7 @@ class Broker:
             listeners = [trio.SSLListener(listener, ssl_context) for listener in listeners]
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(trio.serve_listeners, self._accept, listeners)
+                nursery.start_soon(self._listen, listeners, nursery)
                 if self.spec.parent is not None:
                     nursery.start_soon(self._parent_loop)
                 if self.tracer is not None:
@@ -214,6 +285,28 @@ class Broker:
             if self.tracer is not None:
                 self.tracer.close()
                 self._log.info("trace_closed", rows=self.tracer.writer.rows_written)
+
+    async def _listen(self, listeners: list[trio.SocketListener], nursery: trio.Nursery) -> None:
+        """Accept connections until `drain`; the links live on in `nursery`."""
+        try:
+            with self._accepting:
+                await trio.serve_listeners(self._accept, listeners, handler_nursery=nursery)
+        finally:
+            for listener in listeners:
+                await trio.aclose_forcefully(listener)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Prepare a clean shutdown: accept nothing more, stop reading, send every peer
+        what is queued for it and then Bye. Returns once every link has closed, or
+        after `timeout_s`; the caller then cancels `serve`, which flushes the trace."""
+        self._draining = True
+        self._accepting.cancel()
+        for link in list(self.links.values()):
+            link.read_scope.cancel()
+        with trio.move_on_after(timeout_s):
+            while self.links:
+                await trio.sleep(0.01)
+        self._log.info("drained", links_left=sorted(self.links))
 
     async def _flush_traces(self, tracer: HopRecorder) -> None:
         """Write buffered trace rows at least once a second, also when idle."""
@@ -227,14 +320,13 @@ class Broker:
         assert parent is not None and self.parent_link_id is not None
         host, port = self.topology.address(parent)
         delay = self.config.reconnect_initial_s
-        while True:
+        while not self._draining:
             try:
                 stream = await self._open_parent_stream(host, port)
             except OSError:
                 await trio.sleep(delay * random.uniform(0.5, 1.5))
                 delay = min(delay * 2, self.config.reconnect_max_s)
                 continue
-            delay = self.config.reconnect_initial_s
             conn = Connection("initiator", max_frame=self.config.max_frame)
             try:
                 with trio.fail_after(HANDSHAKE_TIMEOUT_S):
@@ -247,8 +339,10 @@ class Broker:
             except (OSError, trio.BrokenResourceError, trio.TooSlowError, ProtocolError) as exc:
                 self._log.warning("parent_handshake_failed", parent=parent, error=str(exc))
                 await trio.aclose_forcefully(stream)  # TLS: aclose would retry the handshake
-                await trio.sleep(delay)
+                await trio.sleep(delay * random.uniform(0.5, 1.5))
+                delay = min(delay * 2, self.config.reconnect_max_s)
                 continue
+            delay = self.config.reconnect_initial_s
             self._log.info("parent_connected", parent=parent)
             await self._run_link(self.parent_link_id, "broker", str(parent), stream, conn, leftover)
             self._log.warning("parent_lost", parent=parent)
@@ -327,20 +421,25 @@ class Broker:
         self._log.info("link_up", link=link_id)
         problem: tuple[str, str] | None = None
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._writer, link, nursery.cancel_scope)
-                if kind == "broker":
-                    await self._perform(self.router.add_broker(link_id))
-                else:
-                    self.router.add_client(link_id)
-                if leftover:
-                    problem = await self._handle_read(link, leftover, time.time_ns(), 0)
-                if problem is None:
-                    problem = await self._reader(link)
-                nursery.cancel_scope.cancel()
+            with link.scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._writer, link)
+                    nursery.start_soon(self._watch, link)
+                    if kind == "broker":
+                        await self._perform(self.router.add_broker(link_id))
+                    else:
+                        self.router.add_client(link_id)
+                    problem = await self._read_link(link, leftover)
+                    if problem is None and self._draining:
+                        await self._finish(link)
+                    nursery.cancel_scope.cancel()
         finally:
+            problem = link.problem or problem
             link.closed = True
             del self.links[link_id]
+            link.receive_channel.close()  # readers blocked on this full queue give up
+            # The router forgets the link at once: a reconnecting peer reuses its id.
+            actions = self.router.remove_link(link_id)
             with trio.CancelScope(shield=True), trio.move_on_after(5.0):
                 if problem is not None and problem[0]:
                     self._log.warning(
@@ -348,17 +447,85 @@ class Broker:
                     )
                     await _refuse(stream, *problem)
                 await stream.aclose()
-                await self._perform(self.router.remove_link(link_id))
+                await self._perform(actions)
             self._log.info("link_down", link=link_id)
+
+    async def _read_link(self, link: Link, leftover: list[Any]) -> tuple[str, str] | None:
+        """Handle what came with the handshake, then read until the link ends or the
+        broker drains (None then); return why the link must close."""
+        problem = None
+        with link.read_scope:
+            if self._draining:
+                link.read_scope.cancel()
+            if leftover:
+                problem = await self._handle_read(link, leftover, time.time_ns(), 0)
+            if problem is None:
+                problem = await self._reader(link)
+        return problem
+
+    async def _finish(self, link: Link) -> None:
+        """Draining: send what is queued, then Bye, and read until the peer hangs up
+        (closing a socket with unread input resets it, which can destroy what was sent)."""
+        try:
+            frame = link.conn.send(Bye("broker shutting down"))
+        except ProtocolError:  # this side already said Bye or Error
+            frame = b""
+        link.closed = True  # nothing may be queued behind the Bye
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            if frame:
+                await link.send_channel.send(frame)
+            link.send_channel.close()
+            await link.writer_done.wait()
+            while await link.stream.receive_some(READ_SIZE):
+                pass
+
+    async def _watch(self, link: Link) -> None:
+        """Heartbeats and stuck-write detection of one link (see the module doc)."""
+        config = self.config
+        periods = [p for p in (config.heartbeat_s, config.stuck_timeout_s) if p > 0]
+        if not periods:
+            return
+        nonces = itertools.count(1)
+        while True:
+            await trio.sleep(min(periods) / 2)
+            problem = self._liveness_problem(link, time.monotonic())
+            if problem is not None:
+                link.cut(*problem)
+                return
+            if link.receiving and not link.closed and self._due_ping(link, time.monotonic()):
+                link.enqueue_nowait(link.conn.send(Ping(next(nonces))))
+
+    def _liveness_problem(self, link: Link, now: float) -> tuple[str, str] | None:
+        config = self.config
+        stuck = config.stuck_timeout_s
+        if stuck > 0 and link.send_started and now - link.send_started > stuck:
+            return ("stuck", f"no progress writing to the peer for {stuck} s")
+        if config.heartbeat_s > 0 and link.receiving:
+            silent = now - link.heard
+            if silent > config.heartbeat_timeout_s:
+                return ("timeout", f"nothing heard from the peer for {silent:.1f} s")
+        return None
+
+    def _due_ping(self, link: Link, now: float) -> bool:
+        """Whether the quiet peer of `link` should be pinged now (at most once a period)."""
+        period = self.config.heartbeat_s
+        if period <= 0 or now - link.heard < period or now - link.pinged < period:
+            return False
+        link.pinged = now
+        return True
 
     async def _reader(self, link: Link) -> tuple[str, str] | None:
         """Read and handle messages until the link ends; return why it must close."""
         stream, conn, counters = link.stream, link.conn, link.counters
         while True:
+            link.heard = time.monotonic()
+            link.receiving = True
             try:
                 data = await stream.receive_some(READ_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return _CLOSED
+            finally:
+                link.receiving = False
             if not data:
                 return _CLOSED
             t_read, cpu_read = (time.time_ns(), time.thread_time_ns()) if self.tracer else (0, 0)
@@ -404,7 +571,8 @@ class Broker:
         link.untraced_cpu_ns = 0
         return problem
 
-    async def _writer(self, link: Link, scope: trio.CancelScope) -> None:
+    async def _writer(self, link: Link) -> None:
+        """Send the queue in batches; once `_finish` closed the queue, half-close."""
         receive, stream, counters = link.receive_channel, link.stream, link.counters
         batch_limit = self.config.batch_frames
         try:
@@ -413,17 +581,23 @@ class Broker:
                 while len(batch) < batch_limit:
                     try:
                         batch.append(receive.receive_nowait())
-                    except trio.WouldBlock:
+                    except (trio.WouldBlock, trio.EndOfChannel):
                         break
                 data = b"".join(batch)
+                link.send_started = time.monotonic()
                 await stream.send_all(data)
+                link.send_started = 0.0
                 link.queued -= len(batch)
                 link.waiting.frames -= len(batch)
                 counters.messages_out += len(batch)
                 counters.bytes_out += len(data)
+            if isinstance(stream, trio.abc.HalfCloseableStream):
+                await stream.send_eof()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             link.closed = True
-            scope.cancel()
+            link.scope.cancel()
+        finally:
+            link.writer_done.set()
 
     # -- messages -----------------------------------------------------------------
 
@@ -461,6 +635,7 @@ class Broker:
         link.counters.events_in += 1
         if self.name in event.path:
             self.events_dropped += 1
+            self.drops["cycle"] += 1
             self._log.error(
                 "cycle_dropped", event_id=event.event_id, path=event.path, link=link.link_id
             )
@@ -470,60 +645,97 @@ class Broker:
         decision = self.router.route(link.link_id, event.attributes)
         self.events_routed += 1
         forwarded = event.with_hop(self.name)
+        links = self.links
         sends: list[tuple[Link, bytes]] = []
+        missed: list[str] = []  # "REASON:LINK" of each target that does not get it
         if decision.forward:
             frame = encode_frame(forwarded, self.config.max_frame)
             for target in decision.forward:
-                out = self.links.get(target)
-                if out is not None:
+                out = links.get(target)
+                if out is None or out.closed:
+                    missed.append(f"link-down:{target}")
+                else:
                     sends.append((out, out.conn.send(forwarded, frame)))
         for target, sub_ids in decision.deliver.items():
-            out = self.links.get(target)
-            if out is not None:
+            out = links.get(target)
+            if out is None or out.closed:
+                missed.append(f"link-down:{target}")
+            else:
                 sends.append((out, out.conn.send(forwarded.to_deliver(sorted(sub_ids)))))
         blocked = []
         for out, frame in sends:
-            out.counters.events_out += 1
-            if not out.enqueue_nowait(frame):
+            if out.enqueue_nowait(frame):
+                out.counters.events_out += 1
+            elif self._drop_when_full and out.kind == "client":
+                out.counters.events_dropped += 1
+                missed.append(f"queue-full:{out.link_id}")
+            else:
                 blocked.append((out, frame))
         if tracer is None:
-            for out, frame in blocked:  # backpressure: wait for room, in order
-                await out.enqueue(frame)
+            if blocked:
+                await self._send_blocked(blocked, missed)
+            if missed:
+                self._count_missed(missed, sends)
         else:
             t_routed = t_done = time.time_ns()
             if blocked:
                 cpu_before = time.thread_time_ns()
-                for out, frame in blocked:
-                    await out.enqueue(frame)
+                await self._send_blocked(blocked, missed)
                 link.untraced_cpu_ns += time.thread_time_ns() - cpu_before
                 t_done = time.time_ns()
-            if len(sends) == len(decision.forward) + len(decision.deliver):
-                to_nodes, delivered = tuple(decision.forward), tuple(decision.deliver)
-            else:  # a link is gone: trace where the event really went
-                to_nodes = tuple(out.link_id for out, _ in sends if out.kind == "broker")
-                delivered = tuple(out.link_id for out, _ in sends if out.kind != "broker")
-            bytes_out = 0
-            for _, frame in sends:
-                bytes_out += len(frame)
-            sizes = link.conn.frame_sizes
-            link.trace_rows += (  # monitor.hop_trace.EVENT_FIELDS
-                event.event_id,
-                event.attributes.get("type", ""),
-                event.publisher,
-                to_nodes,  # link ids: the recorder names them (tracer.peers)
-                delivered,
-                t_start,
-                t_routed,
-                t_done,
-                index,
-                queued,
-                sizes[index] if index < len(sizes) else 0,
-                bytes_out,
-                decision.filters_matched,
-                len(event.path),
-            )
+            if missed:
+                sends = self._count_missed(missed, sends)
+                row = self._drop_row(link, event, index, t_start, queued, ",".join(missed))
+                tracer.dropped(_with_sends(row, decision, sends, t_done))
+            else:
+                trace_rows = link.trace_rows
+                if len(sends) == len(decision.forward) + len(decision.deliver):
+                    to_nodes, delivered = tuple(decision.forward), tuple(decision.deliver)
+                else:  # a link is gone: trace where the event really went
+                    to_nodes = tuple(out.link_id for out, _ in sends if out.kind == "broker")
+                    delivered = tuple(out.link_id for out, _ in sends if out.kind != "broker")
+                bytes_out = 0
+                for _, frame in sends:
+                    bytes_out += len(frame)
+                sizes = link.conn.frame_sizes
+                trace_rows += (  # monitor.hop_trace.EVENT_FIELDS
+                    event.event_id,
+                    event.attributes.get("type", ""),
+                    event.publisher,
+                    to_nodes,  # link ids: the recorder names them (tracer.peers)
+                    delivered,
+                    t_start,
+                    t_routed,
+                    t_done,
+                    index,
+                    queued,
+                    sizes[index] if index < len(sizes) else 0,
+                    bytes_out,
+                    decision.filters_matched,
+                    len(event.path),
+                )
         if self.on_event is not None:
             self.on_event(link.link_id, event, decision)
+
+    @staticmethod
+    async def _send_blocked(blocked: list[tuple[Link, bytes]], missed: list[str]) -> None:
+        """Backpressure: wait for room in each full queue, in order; a link that closes
+        meanwhile is a missed target."""
+        for out, frame in blocked:
+            if await out.enqueue(frame):
+                out.counters.events_out += 1
+            else:
+                missed.append(f"link-down:{out.link_id}")
+
+    def _count_missed(
+        self, missed: list[str], sends: list[tuple[Link, bytes]]
+    ) -> list[tuple[Link, bytes]]:
+        """Count the targets an event missed; return the sends that did happen."""
+        self.events_dropped += 1
+        for entry in missed:
+            self.drops[entry.split(":", 1)[0]] += 1
+        gone = {entry.split(":", 1)[1] for entry in missed}
+        return [(out, frame) for out, frame in sends if out.link_id not in gone]
 
     def _drop_row(
         self, link: Link, event: Publish, index: int, t_start: int, queued: int, reason: str
@@ -589,6 +801,7 @@ class Broker:
                 "bytes_out": c.bytes_out,
                 "messages_in": c.messages_in,
                 "messages_out": c.messages_out,
+                "events_dropped": c.events_dropped,
                 "queue_depth": link.queued,
             }
         router = self.router.stats()
@@ -610,8 +823,26 @@ class Broker:
             "pending_acks": router["pending_acks"],
             "events_routed": self.events_routed,
             "events_dropped": self.events_dropped,
+            "drops": dict(self.drops),
             "links": links,
         }
+
+
+def _with_sends(
+    row: tuple[Any, ...], decision: Decision, sends: list[tuple[Link, bytes]], t_done: int
+) -> tuple[Any, ...]:
+    """A dropped event's row (`Broker._drop_row`) completed with the targets that did
+    get it, the bytes sent, its completion time and its matches."""
+    names = [f.name for f in HOPS if f.name not in ("run_id", "broker")]
+    values = dict(zip(names, row, strict=True))
+    values.update(
+        to_nodes=tuple(out.peer for out, _ in sends if out.kind == "broker"),
+        delivered_to=tuple(out.peer for out, _ in sends if out.kind != "broker"),
+        t_done_ns=t_done,
+        bytes_out=sum(len(frame) for _, frame in sends),
+        filters_matched=decision.filters_matched,
+    )
+    return tuple(values.values())
 
 
 async def _read_one(stream: trio.abc.Stream, conn: Connection) -> tuple[Any, list[Any]]:

@@ -31,6 +31,7 @@ from client.aio import (
     ClientError,
     ConnectionLost,
     Delivery,
+    Reconnect,
     SubscriptionClosed,
     open_client,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "ClientError",
     "ConnectionLost",
     "Delivery",
+    "Reconnect",
     "Subscription",
     "SubscriptionClosed",
     "open_client",

@@ -12,17 +12,46 @@ StatsRequest) wait for their answer. When the connection ends (the broker's Bye 
 Error, end of stream, a broken socket, a protocol violation, or ``aclose``), every
 waiting call and every later call raises ``ConnectionLost`` (``BrokerError`` when the
 broker sent Error), and every subscription ends.
+
+Reconnecting (opt-in: ``open_client(..., reconnect=True)`` or a ``Reconnect`` policy)
+changes that: once connected, a lost connection (also one the broker ended with Bye
+or Error, or one silent for ``heartbeat_timeout_s``) is opened again with jittered,
+exponentially growing delays (``initial_s`` up to ``max_s``), for as long as the
+client is open. On each new connection the client subscribes again every subscription
+it holds (same filters, same ids) before anything else is sent, so the same
+``AsyncSubscription`` objects go on receiving. Delivery is at most once: events
+published while a subscription was not in force, and events handed to a connection
+that broke before the broker read them, are lost. So:
+
+* ``publish``, ``subscribe``, ``unsubscribe``, ``flush``, ``ping`` and ``stats`` called
+  while the client is reconnecting *wait* for the connection to come back, at most
+  ``wait_s``, and then raise ``ConnectionLost`` (waiting, bounded, rather than failing
+  at once, because outages of a restarting broker are short);
+* ``subscribe`` returns once the subscription is in force, on whichever connection;
+  ``unsubscribe`` cannot fail for a lost connection (the next one will not carry the
+  subscription);
+* ``flush`` raises ``ConnectionLost`` if the connection was lost since the previous
+  ``flush`` (events published before may be lost: publish them again if they matter),
+  and so do ``ping`` and ``stats`` when their connection breaks before the answer;
+* a broker that refuses the Hello when reconnecting ends the client for good
+  (``BrokerError``), as when connecting the first time. The first connection is not
+  retried: ``open_client`` raises as without reconnecting.
+
+The reconnecting client also sends Ping to the broker when it has heard nothing for
+``heartbeat_s``.
 """
 
 import contextlib
 import itertools
 import math
+import random
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from operator import attrgetter
 from typing import Any, TypeVar, cast
 
@@ -58,6 +87,7 @@ __all__ = [
     "CLOSE_TIMEOUT",
     "OUTGOING_FRAMES",
     "AsyncClient",
+    "Reconnect",
     "AsyncSubscription",
     "BrokerError",
     "ClientError",
@@ -99,6 +129,23 @@ class BrokerError(ConnectionLost):
 
 class SubscriptionClosed(ClientError):
     """``next()`` on a subscription that was unsubscribed and has nothing queued."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reconnect:
+    """How a client reconnects after losing its broker (see the module doc)."""
+
+    initial_s: float = 0.05  # first delay; doubles per failed attempt, jittered +-50 %
+    max_s: float = 2.0  # cap of the delay
+    wait_s: float = 10.0  # how long a call waits for the connection to come back
+    heartbeat_s: float = 5.0  # ping the broker when it was quiet this long
+    heartbeat_timeout_s: float = 15.0  # give the connection up after this much silence
+
+    def __post_init__(self) -> None:
+        if not 0 < self.initial_s <= self.max_s:
+            raise ValueError("need 0 < initial_s <= max_s")
+        if not 0 < self.heartbeat_s < self.heartbeat_timeout_s:
+            raise ValueError("need 0 < heartbeat_s < heartbeat_timeout_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +199,8 @@ class AsyncSubscription:
     subscription is unsubscribed (after what was already queued) or the connection ends.
 
     The queue is unbounded, so a slow consumer never blocks the connection: the
-    application must consume what it subscribes to.
+    application must consume what it subscribes to. A reconnecting client keeps its
+    subscriptions across connections: they end only when the client is closed.
     """
 
     def __init__(self, client: "AsyncClient", sub_id: int, filter: Filter) -> None:
@@ -162,6 +210,7 @@ class AsyncSubscription:
         self._tx, self._rx = trio.open_memory_channel[Delivery](math.inf)
         self._active = True
         self._end: ConnectionLost | None = None  # why it ended; None: unsubscribed
+        self._acked = False  # the broker acknowledged it once: resubscribe on reconnect
 
     def __repr__(self) -> str:
         return f"<AsyncSubscription {self.id} {str(self.filter)!r}>"
@@ -238,10 +287,36 @@ _ReplyKey = tuple[type[Message], int]
 class AsyncClient:
     """A trio client connected to one broker; get one from ``open_client``."""
 
-    def __init__(self, stream: trio.abc.Stream, name: str, nursery: trio.Nursery) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        name: str,
+        nursery: trio.Nursery,
+        reconnect: Reconnect | None = None,
+        open_stream: Callable[[], Awaitable[trio.abc.Stream]] | None = None,
+    ) -> None:
         """Wrap a freshly opened ``stream`` and start its I/O task in ``nursery``; the
-        handshake is not done yet (``open_client`` does it)."""
+        handshake is not done yet (``open_client`` does it). With a ``reconnect``
+        policy, ``open_stream`` opens the next connection."""
+        if reconnect is not None and open_stream is None:
+            raise ValueError("reconnecting needs open_stream")
         self.name = name
+        self.reconnects = 0  # connections opened again after a loss
+        self._policy = reconnect
+        self._wait_s = reconnect.wait_s if reconnect else 0.0
+        self._open_stream = open_stream
+        self._hello: Hello | None = None  # said again on each new connection
+        # Set while calls may use the connection: always without reconnecting; with it,
+        # from the handshake (and resubscribing) to the loss of the connection.
+        self._ready = trio.Event()
+        if reconnect is None:
+            self._ready.set()
+        self._conn_scope = trio.CancelScope()
+        self._conn_lost = False  # the current connection is ending (reconnecting only)
+        self._welcomed = False
+        self._losses = 0  # connections lost, and how many of them `flush` reported
+        self._flushed_losses = 0
+        self._heard = time.monotonic()  # when data last came from the broker
         self._stream = stream
         self._conn = Connection("initiator")
         self._tx, self._rx = trio.open_memory_channel[bytes](OUTGOING_FRAMES)
@@ -261,6 +336,11 @@ class AsyncClient:
     def __repr__(self) -> str:
         return f"<AsyncClient {self.name!r} {'closed' if self._failure else 'open'}>"
 
+    @property
+    def connected(self) -> bool:
+        """Whether calls go out at once: false once closed, and while reconnecting."""
+        return self._failure is None and self._ready.is_set()
+
     # --- public API --------------------------------------------------------------------
 
     async def subscribe(self, filter: str | Filter) -> AsyncSubscription:
@@ -275,11 +355,23 @@ class AsyncClient:
         sub = AsyncSubscription(self, next(self._sub_ids), parsed)
         self._subscriptions[sub.id] = sub  # events may come before the SubAck
         try:
-            await self._request(Subscribe(sub.id, parsed.to_wire()), (SubAck, sub.id))
+            await self._subscribe(sub)
         except BaseException:
             self._drop(sub)
             raise
         return sub
+
+    async def _subscribe(self, sub: AsyncSubscription) -> None:
+        """Send ``sub`` and wait for its SubAck; when reconnecting, send it again on the
+        next connection if this one breaks first (for at most ``wait_s``)."""
+        deadline = trio.current_time() + self._wait_s
+        while True:
+            try:
+                await self._request(Subscribe(sub.id, sub.filter.to_wire()), (SubAck, sub.id))
+                return
+            except ConnectionLost:
+                if not self._reconnecting() or trio.current_time() > deadline:
+                    raise
 
     async def unsubscribe(self, subscription: AsyncSubscription) -> None:
         """Remove ``subscription`` and wait for the broker's acknowledgement. It gets
@@ -290,7 +382,11 @@ class AsyncClient:
         if self._subscriptions.get(subscription.id) is not subscription:
             return
         self._drop(subscription)
-        await self._request(Unsubscribe(subscription.id), (UnsubAck, subscription.id))
+        try:
+            await self._request(Unsubscribe(subscription.id), (UnsubAck, subscription.id))
+        except ConnectionLost:
+            if not self._reconnecting():  # else the next connection will not carry it
+                raise
 
     async def publish(self, attributes: Mapping[str, Any], *, event_id: str | None = None) -> str:
         """Publish an event; return its id (default ``"{name}:{seq}"``, seq from 1).
@@ -307,9 +403,20 @@ class AsyncClient:
         return event_id
 
     async def flush(self) -> None:
-        """Wait until the broker has accepted everything this client sent before."""
+        """Wait until the broker has accepted everything this client sent before.
+
+        When reconnecting: raises ``ConnectionLost`` if a connection was lost since the
+        previous ``flush`` (what was published before may be lost)."""
         token = next(self._tokens)
-        await self._request(Flush(token), (FlushAck, token))
+        try:
+            await self._request(Flush(token), (FlushAck, token))
+        finally:
+            losses, self._flushed_losses = self._flushed_losses, self._losses
+        if losses != self._losses:
+            raise ConnectionLost(
+                "the connection to the broker was lost since the previous flush: "
+                "events published before may be lost"
+            )
 
     async def ping(self) -> float:
         """Round-trip time to the broker, in seconds."""
@@ -325,7 +432,8 @@ class AsyncClient:
         try:
             await self._send(StatsRequest())
         except BaseException:
-            self._stats_replies.remove(reply)  # not sent: no answer will come for it
+            with contextlib.suppress(ValueError):  # not sent: no answer will come for it
+                self._stats_replies.remove(reply)
             raise
         return cast(Stats, await self._answer(reply)).stats
 
@@ -336,9 +444,10 @@ class AsyncClient:
         try:
             if self._failure is None:
                 self._failure = ConnectionLost("the client is closed")
-                with trio.move_on_after(CLOSE_TIMEOUT):
-                    await self._drain_outgoing(self._conn.send(Bye("closing")))
-                    await self._io_done.wait()  # the reader sees the broker's Bye or EOF
+                if self._ready.is_set():  # else reconnecting: no connection to say Bye on
+                    with trio.move_on_after(CLOSE_TIMEOUT):
+                        await self._drain_outgoing(self._conn.send(Bye("closing")))
+                        await self._io_done.wait()  # the reader sees the broker's Bye or EOF
         finally:
             self._teardown()
         await self._io_done.wait()
@@ -348,52 +457,80 @@ class AsyncClient:
     def _error(self) -> ConnectionLost:
         return _copy(self._failure) if self._failure else ConnectionLost("the client is closed")
 
-    async def _send(self, message: Message) -> None:
+    async def _send(self, message: Message, internal: bool = False) -> None:
         """Encode ``message`` and queue its frame for the writer.
 
         Not a schedule point while the channel has room (only a cancellation point): a
         task publishing in a loop fills the channel, and the writer then sends it in
         large batches, instead of one trip through the scheduler per event.
+
+        When reconnecting, waits for the connection (see ``_wait_ready``) and tries the
+        next connection if this one ends while waiting for room; ``internal`` messages
+        (handshake, resubscribing) belong to the current connection only.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        if self._failure is not None:
-            raise self._error()
-        frame = self._conn.send(message)
-        try:
+        deadline = math.inf
+        while True:
+            if self._failure is not None:
+                raise self._error()
+            if internal and self._conn_lost:
+                raise ConnectionLost("the connection to the broker was lost")
+            if not (internal or self._ready.is_set()):
+                deadline = min(deadline, trio.current_time() + self._wait_s)
+                await self._wait_ready(deadline)
+                continue
+            frame = self._conn.send(message)
+            tx = self._tx
             try:
-                self._tx.send_nowait(frame)
-            except trio.WouldBlock:
-                await self._tx.send(frame)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            raise self._error() from None
+                try:
+                    tx.send_nowait(frame)
+                except trio.WouldBlock:
+                    await tx.send(frame)
+                return
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                if not self._reconnecting():
+                    raise self._error() from None
+                if internal:
+                    raise ConnectionLost("the connection to the broker was lost") from None
+
+    async def _wait_ready(self, deadline: float) -> None:
+        """Wait until the connection is back; ``ConnectionLost`` after ``deadline``."""
+        with trio.move_on_at(deadline):
+            await self._ready.wait()
+            return
+        raise ConnectionLost(f"not reconnected to the broker in {self._wait_s} s")
 
     def _send_nowait(self, message: Message) -> None:
         """Queue ``message`` if the connection is open and the channel has room, else
         drop it (used for Pong: a writer that far behind cannot answer in time anyway)."""
-        if self._failure is None:
-            with contextlib.suppress(trio.WouldBlock):
+        if self._failure is None and not self._conn_lost:
+            with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
                 self._tx.send_nowait(self._conn.send(message))
 
-    async def _request(self, message: Message, key: _ReplyKey) -> Message:
+    async def _request(self, message: Message, key: _ReplyKey, internal: bool = False) -> Message:
         """Send ``message`` and wait for the answer named by ``key``."""
         reply = self._replies[key] = _Reply()
         try:
-            await self._send(message)
+            await self._send(message, internal)
             return await self._answer(reply)
         finally:
-            del self._replies[key]
+            if self._replies.get(key) is reply:
+                del self._replies[key]
 
     async def _answer(self, reply: _Reply) -> Message:
         await reply.event.wait()
         if reply.message is None:
-            raise self._error()
+            if self._failure is not None:
+                raise self._error()
+            raise ConnectionLost("the connection to the broker was lost before the answer")
         return reply.message
 
     async def _drain_outgoing(self, last_frame: bytes) -> None:
         """Queue ``last_frame`` after everything else, close the channel, and wait until
         the writer has written it all and half-closed the stream."""
-        await self._tx.send(last_frame)
-        self._tx.close()
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await self._tx.send(last_frame)
+            self._tx.close()
         await self._writer_done.wait()
 
     # --- the I/O task ------------------------------------------------------------------
@@ -401,13 +538,101 @@ class AsyncClient:
     async def _run_io(self) -> None:
         try:
             with self._io_scope:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._read_loop)
-                    nursery.start_soon(self._write_loop)
+                while True:
+                    await self._run_connection()
+                    if not self._reconnecting():
+                        return
+                    await self._reconnect()
         finally:
             self._fail(ConnectionLost("the connection's I/O task ended"))
             await trio.aclose_forcefully(self._stream)
             self._io_done.set()
+
+    async def _run_connection(self) -> None:
+        """Read and write the current connection until it ends."""
+        with self._conn_scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_loop)
+                nursery.start_soon(self._write_loop)
+                if self._policy is not None:
+                    nursery.start_soon(self._heartbeat, self._policy)
+                    if self.reconnects:
+                        nursery.start_soon(self._restore)
+
+    def _reconnecting(self) -> bool:
+        """Whether a lost connection is to be opened again (not once closed)."""
+        return self._policy is not None and self._failure is None
+
+    async def _reconnect(self) -> None:
+        """Open the next connection, after a jittered delay growing with each failed
+        attempt; its ``_restore`` task then makes it ready."""
+        policy, open_stream = self._policy, self._open_stream
+        assert policy is not None and open_stream is not None
+        await trio.aclose_forcefully(self._stream)
+        delay = policy.initial_s
+        while True:
+            await trio.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, policy.max_s)
+            with trio.move_on_after(policy.heartbeat_timeout_s):
+                try:
+                    stream = await open_stream()
+                except OSError:
+                    continue
+                self._use(stream)
+                return
+
+    def _use(self, stream: trio.abc.Stream) -> None:
+        """Make ``stream`` the current connection, with a fresh protocol state."""
+        self.reconnects += 1
+        self._stream = stream
+        self._conn = Connection("initiator")
+        self._tx, self._rx = trio.open_memory_channel[bytes](OUTGOING_FRAMES)
+        self._writer_done = trio.Event()
+        self._conn_scope = trio.CancelScope()
+        self._conn_lost = False
+        self._welcomed = False
+        self._heard = time.monotonic()
+
+    async def _handshake(self, hello: Hello) -> None:
+        """Say Hello, wait for Welcome; then calls may use the connection."""
+        self._hello = hello
+        await self._request(hello, (Welcome, 0), internal=True)
+        self._ready.set()
+
+    async def _restore(self) -> None:
+        """On a new connection: the handshake, then every subscription again."""
+        assert self._hello is not None
+        with contextlib.suppress(ConnectionLost):  # lost again: the next one restores
+            await self._request(self._hello, (Welcome, 0), internal=True)
+            await self._resubscribe()
+            self._ready.set()
+
+    async def _resubscribe(self) -> None:
+        """Send every acknowledged subscription again; wait for all their SubAcks.
+        (Those not acknowledged yet are sent again by their ``subscribe`` call.)"""
+        subs = [sub for sub in self._subscriptions.values() if sub._acked]
+        replies = {(SubAck, sub.id): _Reply() for sub in subs}
+        self._replies.update(replies)
+        try:
+            for sub in subs:
+                await self._send(Subscribe(sub.id, sub.filter.to_wire()), internal=True)
+            for reply in replies.values():
+                await self._answer(reply)
+        finally:
+            for key, reply in replies.items():
+                if self._replies.get(key) is reply:
+                    del self._replies[key]
+
+    async def _heartbeat(self, policy: Reconnect) -> None:
+        """Ping a quiet broker; give the connection up when it stays silent."""
+        while True:
+            await trio.sleep(policy.heartbeat_s / 2)
+            silent = time.monotonic() - self._heard
+            if silent > policy.heartbeat_timeout_s:
+                self._lose(ConnectionLost(f"nothing heard from the broker for {silent:.1f} s"))
+                return
+            if silent >= policy.heartbeat_s and self._ready.is_set():
+                self._send_nowait(Ping(next(self._tokens)))
 
     async def _write_loop(self) -> None:
         try:
@@ -416,25 +641,29 @@ class AsyncClient:
             if isinstance(self._stream, trio.abc.HalfCloseableStream):  # TLS is not
                 await self._stream.send_eof()  # the channel was closed: Bye or Error is out
         except _IO_ERRORS as exc:
-            self._fail(_lost(f"writing to the broker failed: {exc!r}", exc))
+            self._lose(_lost(f"writing to the broker failed: {exc!r}", exc))
         finally:
             self._writer_done.set()
 
     async def _read_loop(self) -> None:
         try:
             while data := await self._stream.receive_some(_RECEIVE_SIZE):
+                self._heard = time.monotonic()
                 messages = self._conn.receive_data(data)
                 t_ns = time.time_ns()
                 for message in messages:
                     self._dispatch(message, t_ns)
-            self._fail(ConnectionLost("the broker closed the connection"))
+            self._lose(ConnectionLost("the broker closed the connection"))
         except ProtocolError as exc:
             await self._report_violation(exc)
         except _IO_ERRORS as exc:
-            self._fail(_lost(f"reading from the broker failed: {exc!r}", exc))
+            self._lose(_lost(f"reading from the broker failed: {exc!r}", exc))
 
     async def _report_violation(self, exc: ProtocolError) -> None:
         """The broker broke the protocol: tell it (best effort), then end the connection."""
+        if self._reconnecting():
+            self._lose(_lost(f"protocol violation by the broker: {exc}", exc))
+            return
         if self._failure is None:
             self._failure = _lost(f"protocol violation by the broker: {exc}", exc)
             with trio.move_on_after(CLOSE_TIMEOUT):
@@ -451,13 +680,26 @@ class AsyncClient:
                 if self._stats_replies:
                     self._set_reply(self._stats_replies.popleft(), message)
             case Error(code=code, message=text):
-                self._fail(BrokerError(code, text))
+                # A refused Hello ends the client, also when reconnecting.
+                (self._lose if self._welcomed else self._fail)(BrokerError(code, text))
             case Bye(reason=reason):
-                self._fail(ConnectionLost(f"the broker closed the connection: {reason}"))
+                self._lose(ConnectionLost(f"the broker closed the connection: {reason}"))
+            case Welcome():
+                self._welcomed = True
+                self._answered(message)
+            case SubAck(sub_id=sub_id):
+                sub = self._subscriptions.get(sub_id)
+                if sub is not None:
+                    sub._acked = True
+                self._answered(message)
             case _:
-                reply = self._replies.get((type(message), _REPLY_KEY[type(message)](message)))
-                if reply is not None:
-                    self._set_reply(reply, message)
+                self._answered(message)
+
+    def _answered(self, message: Message) -> None:
+        """Hand ``message`` to the request waiting for it, if any."""
+        reply = self._replies.get((type(message), _REPLY_KEY[type(message)](message)))
+        if reply is not None:
+            self._set_reply(reply, message)
 
     @staticmethod
     def _set_reply(reply: _Reply, message: Message) -> None:
@@ -486,6 +728,24 @@ class AsyncClient:
         if self._subscriptions.pop(sub.id, None) is not None:
             sub._close(None)
 
+    def _lose(self, error: ConnectionLost) -> None:
+        """The current connection ended because of ``error``. Without reconnecting the
+        client ends; with it, pending answers fail and the I/O task reconnects."""
+        if not self._reconnecting():
+            self._fail(error)
+            return
+        if self._conn_lost:
+            return
+        self._conn_lost = True
+        self._losses += 1
+        if self._ready.is_set():
+            self._ready = trio.Event()
+        self._rx.close()  # senders blocked on a full channel retry on the next connection
+        self._conn_scope.cancel()
+        for reply in (*self._replies.values(), *self._stats_replies):
+            reply.event.set()
+        self._stats_replies.clear()
+
     def _fail(self, error: ConnectionLost) -> None:
         """The connection is over because of ``error`` (unless it was already ending)."""
         if self._failure is None:
@@ -501,6 +761,7 @@ class AsyncClient:
         self._failure = error
         self._rx.close()  # senders blocked on a full channel get BrokenResourceError
         self._io_scope.cancel()
+        self._ready.set()  # calls waiting for a reconnection raise now
         for reply in (*self._replies.values(), *self._stats_replies):
             reply.event.set()
         for sub in self._subscriptions.values():
@@ -534,12 +795,14 @@ async def _connect(
     secret: str | None,
     timeout: float,
     ssl_context: ssl.SSLContext | None = None,
+    reconnect: Reconnect | None = None,
 ) -> AsyncClient:
     with trio.move_on_after(timeout):
         stream = await _open_stream(host, port, ssl_context)
-        client = AsyncClient(stream, name, nursery)
+        reopen = partial(_open_stream, host, port, ssl_context)
+        client = AsyncClient(stream, name, nursery, reconnect, reopen)
         try:
-            await client._request(Hello(PROTOCOL_VERSION, "client", name, secret), (Welcome, 0))
+            await client._handshake(Hello(PROTOCOL_VERSION, "client", name, secret))
         except BaseException:
             client._fail(ConnectionLost("the handshake did not complete"))
             raise
@@ -556,6 +819,7 @@ async def open_client(
     secret: str | None = None,
     timeout: float = 10.0,
     ssl_context: ssl.SSLContext | None = None,
+    reconnect: bool | Reconnect = False,
 ) -> AsyncIterator[AsyncClient]:
     """Connect to the broker at ``host``:``port`` as client ``name`` (unique in the run:
     it prefixes event ids); the client is closed (``aclose``) when the block exits.
@@ -567,12 +831,17 @@ async def open_client(
     Raises ``BrokerError`` if the broker refuses the Hello, ``ConnectionLost`` if it hangs
     up, ``OSError`` if the TCP connection fails, ``TimeoutError`` after ``timeout``
     seconds. Exceptions leave the block as they were raised, not wrapped in a group.
+    ``reconnect``: True (default ``Reconnect()`` policy) or a policy to reconnect
+    after losing the connection (see the module doc); off by default.
     """
+    policy = Reconnect() if reconnect is True else (reconnect or None)
     try:
         async with trio.open_nursery() as nursery:
             if secret is None:
                 secret = secret_from_env()
-            client = await _connect(nursery, host, port, name, secret, timeout, ssl_context)
+            client = await _connect(
+                nursery, host, port, name, secret, timeout, ssl_context, policy
+            )
             try:
                 yield client
             finally:

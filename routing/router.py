@@ -16,6 +16,10 @@ Strategies (DESIGN 3.3 / issue 3):
 * ``flooding``: subscriptions stay local; events go to every neighbouring broker
   and to local clients with a matching subscription (a baseline).
 
+In ``hierarchical`` and ``flooding`` routing the parent is in every decision for an
+event that did not come from it, even while its link is down: the broker then
+knows the event missed it (and counts and traces it as dropped).
+
 Subscription forwarding is pruned by covering. For each neighbour N the router
 keeps the *demand* (distinct filters of all subscriptions that must be served
 through N, with the keys holding each) and the *forwarded* set, one entry per
@@ -337,11 +341,11 @@ class Router:
                 deliver.setdefault(link, []).append(sub_id)
             elif link != source:
                 forward.add(link)
-        if self.strategy == "hierarchical":
-            if self.parent is not None and source != self.parent and self.parent in self._brokers:
-                forward.add(self.parent)
-        elif self.strategy == "flooding":
+        if self.strategy == "flooding":
             forward = {b for b in self._brokers if b != source}
+        if self.strategy != "acyclic" and self.parent is not None and source != self.parent:
+            # Also while the parent link is down, so the broker sees the event is lost.
+            forward.add(self.parent)
         return Decision(sorted(forward, key=str), deliver, len(matched))
 
     # -- introspection ----------------------------------------------------------------

@@ -6,6 +6,7 @@ import dataclasses
 import random
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from broker.probe import fetch_stats
@@ -50,16 +51,19 @@ def _free(port: int) -> bool:
 class Network:
     """The brokers of a topology as child processes, with a readiness check."""
 
-    def __init__(self, topology: Topology, workdir: Path) -> None:
+    def __init__(self, topology: Topology, workdir: Path, extra_args: Sequence[str] = ()) -> None:
+        """`extra_args` go to every `hop broker` (e.g. `--heartbeat 1`)."""
         self.topology = topology
         self.file = workdir / f"{topology.name}.toml"
         self.file.write_text(to_toml(topology))
         self.logs = workdir / "logs"
         self.credentials = ClientCredentials.for_network(topology)
-        self.procs = BrokerProcesses(self.file, topology, credentials=self.credentials)
+        self.procs = BrokerProcesses(self.file, topology, extra_args, self.credentials)
 
     @classmethod
-    def from_file(cls, name: str, workdir: Path, routing: str | None = None) -> Network:
+    def from_file(
+        cls, name: str, workdir: Path, routing: str | None = None, extra_args: Sequence[str] = ()
+    ) -> Network:
         """A shipped topology moved to free ports (and another strategy if given)."""
         topology = load_topology(REPO / "topologies" / f"{name}.toml")
         base = free_base_port(max(topology.brokers))
@@ -73,7 +77,7 @@ class Network:
             routing=routing or topology.routing,
             name=f"{name}-{routing or topology.routing}",
         )
-        return cls(topology, workdir)
+        return cls(topology, workdir, extra_args)
 
     def address(self, broker_id: int) -> tuple[str, int]:
         return self.topology.address(broker_id)
@@ -96,6 +100,15 @@ class Network:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"broker {broker_id} did not link to its parent")
                 time.sleep(0.05)
+
+    def restart(self, broker_id: int) -> None:
+        """Start a broker again (after `kill`) and wait until it answers."""
+        self.procs.start_one(broker_id, self.logs)
+        self.procs.wait_listening()
+
+    def kill(self, broker_id: int) -> None:
+        """SIGKILL one broker (kill -9) and reap it."""
+        self.procs.kill(broker_id)
 
     def stats(self, broker_id: int) -> dict:
         creds = self.credentials
