@@ -158,6 +158,9 @@ def hosts(tmp_path: Path) -> Iterator[Hosts]:
         hosts.teardown()
 
 
+HEARTBEAT = ["--heartbeat", "0.5", "--heartbeat-timeout", "2"]
+
+
 def topology_file(workdir: Path) -> Path:
     brokers = {b: BrokerSpec(b, parent, f"{SUBNET}.{b}", PORT + b) for b, parent in BROKERS.items()}
     topology = Topology(name="netns3", host=f"{SUBNET}.1", base_port=PORT, brokers=brokers)
@@ -170,7 +173,7 @@ def test_brokers_on_three_hosts_survive_a_pulled_cable(hosts: Hosts, tmp_path: P
     started = time.monotonic()
     file = str(topology_file(tmp_path))
     brokers = {
-        b: hosts.run(b, ["broker.cli", "broker", file, "--id", str(b)], f"broker-{b}")
+        b: hosts.run(b, ["broker.cli", "broker", file, "--id", str(b), *HEARTBEAT], f"broker-{b}")
         for b in BROKERS
     }
     sub = hosts.run(3, ["tests.netns_client", "sub", f"{SUBNET}.3", str(PORT + 3)], "sub")
@@ -190,6 +193,12 @@ def test_brokers_on_three_hosts_survive_a_pulled_cable(hosts: Hosts, tmp_path: P
     hosts.cable(3, up=False)
     publish(2)
     assert received.next(2) is None  # broker 3 is cut off
+    # long enough for the heartbeats to declare the silent parent dead
+    log3 = hosts.workdir / "broker-3.log"
+    deadline = time.monotonic() + 10
+    while "parent_lost" not in log3.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "parent_lost" in log3.read_text(), hosts.logs()
     assert all(p.poll() is None for p in [*brokers.values(), sub, pub]), hosts.logs()
 
     hosts.cable(3, up=True)
@@ -201,5 +210,6 @@ def test_brokers_on_three_hosts_survive_a_pulled_cable(hosts: Hosts, tmp_path: P
         while (line := received.next(0.5)) is not None:
             got.add(line)
     assert got & {str(s) for s in range(3, seq)}, (got, hosts.logs())
+    assert log3.read_text().count("parent_connected") >= 2, hosts.logs()  # it reconnected
     assert all(p.poll() is None for p in [*brokers.values(), sub, pub]), hosts.logs()
     assert time.monotonic() - started < 60
