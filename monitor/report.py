@@ -431,8 +431,8 @@ def header_rows(measured: Run, calibration: Run | None) -> pd.DataFrame:
         rows.append(
             (
                 f"{label} run",
-                f"{run.manifest['total_rate']:.1f} events/s, {w['warmup_s']} s warm-up + "
-                f"{w['duration_s']} s measured; published {c['published']}, delivered "
+                f"{run.manifest['total_rate']:.1f} events/s, {w['warmup_s']:.3g} s warm-up + "
+                f"{w['duration_s']:.3g} s measured; published {c['published']}, delivered "
                 f"{c['delivered']}, lost {c['lost']}",
             )
         )
