@@ -219,8 +219,8 @@ def test_siena15_scenario_rates() -> None:
     # scenario 2 shifts load towards publishers 3 and 4 (thesis Table 6.2)
     for pid in (3, 4):
         assert s2[pid] / sum(s2.values()) > s1[pid] / sum(s1.values())
-    assert study.rates_for("s1-heavy") == pytest.approx({k: 8 * r for k, r in s1.items()})
-    assert study.rates_for("s2-heavy") == pytest.approx({k: 8 * r for k, r in s2.items()})
+    assert study.rates_for("s1-heavy") == pytest.approx({k: 2.5 * r for k, r in s1.items()})
+    assert study.rates_for("s2-heavy") == pytest.approx({k: 3.8 * r for k, r in s2.items()})
 
 
 # --- loading: positive cases ------------------------------------------------------------
