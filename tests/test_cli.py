@@ -66,30 +66,40 @@ def test_hop_net_reports_a_taken_port(tmp_path: Path) -> None:
     assert f"{port}" in result.stderr
 
 
-@pytest.mark.integration
-def test_hop_net_stops_every_broker_on_sigterm(tmp_path: Path) -> None:
-    net = Network.from_file("chain5", tmp_path)
+def stopped_by_sigterm(
+    args: list[str], addresses: list[tuple[str, int]], timeout: float = 30
+) -> int:
+    """Run `hop ARGS`, wait until every broker at `addresses` answers, SIGTERM the
+    command; return its exit code once no broker process it started is left."""
     proc = subprocess.Popen(
-        [*HOP, "net", str(net.file)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [*HOP, *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        deadline = time.monotonic() + 20
-        pids = []
-        while time.monotonic() < deadline and len(pids) < 5:
+        deadline = time.monotonic() + timeout
+        pids: list[int] = []
+        while time.monotonic() < deadline and len(pids) < len(addresses):
             try:
-                pids = [fetch_stats(*net.address(b), timeout=1)["pid"] for b in range(1, 6)]
+                pids = [fetch_stats(*address, timeout=1)["pid"] for address in addresses]
             except OSError:
                 time.sleep(0.1)
-        assert len(pids) == 5
+        assert len(pids) == len(addresses)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0
+        code = proc.wait(timeout=20)
         for pid in pids:  # every broker process is gone
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)
+        return code
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.integration
+def test_hop_net_stops_every_broker_on_sigterm(tmp_path: Path) -> None:
+    net = Network.from_file("chain5", tmp_path)
+    addresses = [net.address(b) for b in range(1, 6)]
+    assert stopped_by_sigterm(["net", str(net.file)], addresses) == 0
 
 
 @pytest.mark.integration
@@ -97,28 +107,6 @@ def test_hop_replay_stops_its_brokers_on_sigterm(tmp_path: Path) -> None:
     from tests.test_replay import small_study
 
     path, study = small_study(tmp_path, "hierarchical")
-    proc = subprocess.Popen(
-        [*HOP, "replay", str(path), "--out", str(tmp_path / "run"), "--duration", "60", "--quiet"],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        brokers = sorted(study.topology.brokers)
-        deadline = time.monotonic() + 30
-        pids: list[int] = []
-        while time.monotonic() < deadline and len(pids) < len(brokers):
-            try:
-                pids = [fetch_stats(*study.topology.address(b), timeout=1)["pid"] for b in brokers]
-            except OSError:
-                time.sleep(0.2)
-        assert len(pids) == len(brokers)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) != 0
-        for pid in pids:  # no broker outlives the replay
-            with pytest.raises(ProcessLookupError):
-                os.kill(pid, 0)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    addresses = [study.topology.address(b) for b in sorted(study.topology.brokers)]
+    args = ["replay", str(path), "--out", str(tmp_path / "run"), "--duration", "60", "--quiet"]
+    assert stopped_by_sigterm(args, addresses) != 0
