@@ -25,6 +25,7 @@ from client.aio import (
     ClientError,
     ConnectionLost,
     Delivery,
+    Reconnect,
     open_client,
 )
 from routing import Filter, parse_filter
@@ -39,19 +40,13 @@ async def _serve(
     ready: "queue.SimpleQueue[_Ready]",
     host: str,
     port: int,
-    name: str,
-    secret: str | None,
-    timeout: float,
-    ssl_context: ssl.SSLContext | None,
+    options: dict[str, Any],
 ) -> None:
-    """The trio thread's main: connect, report to ``ready``, stay open until stopped."""
+    """The trio thread's main: connect (``options`` for ``open_client``), report to
+    ``ready``, stay open until stopped."""
     async with AsyncExitStack() as stack:
         try:
-            aclient = await stack.enter_async_context(
-                open_client(
-                    host, port, name=name, secret=secret, timeout=timeout, ssl_context=ssl_context
-                )
-            )
+            aclient = await stack.enter_async_context(open_client(host, port, **options))
         except BaseException as exc:  # handed to the thread that called connect()
             ready.put(exc)
             return
@@ -86,18 +81,32 @@ class Client:
         secret: str | None = None,
         timeout: float = 10.0,
         ssl_context: ssl.SSLContext | None = None,
+        reconnect: bool | Reconnect = False,
     ) -> "Client":
         """Connect to the broker at ``host``:``port`` as client ``name`` (unique in the
         run: it prefixes event ids).
 
-        ``secret`` and ``ssl_context`` are as for ``open_client``. Raises ``BrokerError``
+        ``secret``, ``ssl_context`` and ``reconnect`` are as for ``open_client``: with
+        ``reconnect``, subscriptions survive a lost connection. Raises ``BrokerError``
         if the broker refuses the Hello, ``ConnectionLost`` if it hangs up, ``OSError`` if
         the TCP connection fails, ``TimeoutError`` after ``timeout`` seconds.
         """
         ready: queue.SimpleQueue[_Ready] = queue.SimpleQueue()
         thread = threading.Thread(
             target=trio.run,
-            args=(_serve, ready, host, port, name, secret, timeout, ssl_context),
+            args=(
+                _serve,
+                ready,
+                host,
+                port,
+                {
+                    "name": name,
+                    "secret": secret,
+                    "timeout": timeout,
+                    "ssl_context": ssl_context,
+                    "reconnect": reconnect,
+                },
+            ),
             name=f"hop-client-{name}",
             daemon=True,
         )

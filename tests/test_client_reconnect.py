@@ -7,6 +7,7 @@ like a network failure, without restarting any process.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -290,3 +291,29 @@ def test_client_heartbeat_gives_up_a_silent_broker_and_reconnects() -> None:
 
     elapsed = trio.run(scenario)
     assert 0.6 <= elapsed < 3.0  # cut after heartbeat_timeout_s of silence, not before
+
+
+@pytest.mark.integration
+def test_blocking_client_keeps_its_subscription_across_a_broker_restart(tmp_path: Path) -> None:
+    from tests.network import Network
+
+    net = Network.from_file("chain5", tmp_path).start()
+    try:
+        net.wait_linked()
+        policy = client.Reconnect(initial_s=0.05, max_s=0.2, wait_s=10)
+        with client.Client.connect(*net.address(5), name="bsub", reconnect=policy) as sub_client:
+            sub = sub_client.subscribe("n >= 0")
+            net.kill(5)
+            net.restart(5)
+            net.wait_linked()
+            with client.Client.connect(*net.address(1), name="bpub") as pub:
+                got = None
+                for n in range(50):  # until the resubscription has reached the root
+                    pub.publish({"n": n})
+                    pub.flush()
+                    with contextlib.suppress(TimeoutError):
+                        got = sub.next(timeout=0.2)
+                        break
+            assert got is not None and got["n"] >= 0
+    finally:
+        net.stop()
