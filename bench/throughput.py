@@ -58,11 +58,13 @@ import trio
 import client
 from bench.common import median, write_result
 from bench.relay import READ_SIZE, FrameDecoder, handshake
+from broker.limits import Limits
 from broker.process import StartupError, port_accepts
 from broker.protocol import (
     PROTOCOL_VERSION,
     Connection,
     Deliver,
+    Error,
     Hello,
     Message,
     Stats,
@@ -780,48 +782,70 @@ def wire_filters(count: int) -> list[list[list[Any]]]:
 
 
 async def hold_subscriptions(address: tuple[str, int], pid: int, count: int) -> dict[str, Any]:
-    """Install ``count`` subscriptions over one raw protocol connection, pipelined (at
-    most INSTALL_WINDOW unacknowledged); the broker's RSS while they are held."""
+    """Install ``count`` subscriptions over raw protocol connections, as many clients
+    would: each connection holds at most the broker's per-connection limit
+    (``Limits.max_subscriptions``). The broker's RSS while all of them are held."""
     filters = wire_filters(count)
-    stream = await trio.open_tcp_stream(*address)
+    per_connection = Limits().max_subscriptions
+    streams: list[trio.SocketStream] = []
     try:
+        start = time.perf_counter()
+        for first in range(0, count, per_connection):
+            stream = await trio.open_tcp_stream(*address)
+            streams.append(stream)
+            chunk = filters[first : first + per_connection]
+            await _install(stream, f"bench-memory-{len(streams)}", chunk)
+        install_s = time.perf_counter() - start
+        stream = await trio.open_tcp_stream(*address)
+        streams.append(stream)
         conn = Connection("initiator")
         await stream.send_all(conn.send(Hello(PROTOCOL_VERSION, "client", "bench-memory")))
         await _read_until(stream, conn, Welcome)
-        tokens_in, tokens_out = trio.open_memory_channel[None](INSTALL_WINDOW)
-
-        async def read_acks() -> None:
-            acked = 0
-            while acked < count:
-                data = await stream.receive_some(READ_SIZE)
-                if not data:
-                    raise ConnectionError("the broker closed the connection")
-                for message in conn.receive_data(data):
-                    if type(message) is SubAck:
-                        tokens_out.receive_nowait()
-                        acked += 1
-
-        start = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(read_acks)
-            for batch in range(0, count, INSTALL_BATCH):
-                frames = []
-                for sub_id in range(batch, min(batch + INSTALL_BATCH, count)):
-                    await tokens_in.send(None)
-                    frames.append(conn.send(Subscribe(sub_id + 1, filters[sub_id])))
-                await stream.send_all(b"".join(frames))
-        install_s = time.perf_counter() - start
         await stream.send_all(conn.send(StatsRequest()))
         stats = await _read_until(stream, conn, Stats)
         await trio.sleep(0.2)
         return {
             "subscriptions": stats.stats["subscriptions"],
+            "connections": len(streams) - 1,
             "install_s": round(install_s, 2),
             "subscribes_per_s": round(count / install_s, 1),
             "rss_mb": round(rss_mb(pid), 1),
         }
     finally:
-        await trio.aclose_forcefully(stream)
+        for stream in streams:
+            await trio.aclose_forcefully(stream)
+
+
+async def _install(stream: trio.SocketStream, name: str, filters: list[list[list[Any]]]) -> None:
+    """Say Hello on ``stream`` and subscribe ``filters``, pipelined (at most
+    INSTALL_WINDOW unacknowledged); return once all are acknowledged."""
+    conn = Connection("initiator")
+    await stream.send_all(conn.send(Hello(PROTOCOL_VERSION, "client", name)))
+    await _read_until(stream, conn, Welcome)
+    tokens_in, tokens_out = trio.open_memory_channel[None](INSTALL_WINDOW)
+    count = len(filters)
+
+    async def read_acks() -> None:
+        acked = 0
+        while acked < count:
+            data = await stream.receive_some(READ_SIZE)
+            if not data:
+                raise ConnectionError("the broker closed the connection")
+            for message in conn.receive_data(data):
+                if type(message) is SubAck:
+                    tokens_out.receive_nowait()
+                    acked += 1
+                elif type(message) is Error:
+                    raise ConnectionError(f"the broker refused: {message.message}")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read_acks)
+        for batch in range(0, count, INSTALL_BATCH):
+            frames = []
+            for sub_id in range(batch, min(batch + INSTALL_BATCH, count)):
+                await tokens_in.send(None)
+                frames.append(conn.send(Subscribe(sub_id + 1, filters[sub_id])))
+            await stream.send_all(b"".join(frames))
 
 
 async def slow_subscriber(address: tuple[str, int], pid: int, seconds: float) -> dict[str, Any]:
