@@ -361,6 +361,17 @@ class Publish(_Message):
             return _build_publish(event_id, publisher, attributes, path, t_ns)
         return cls(*wire[1:])  # raises ProtocolError naming the bad field
 
+    @classmethod
+    def of_checked_event(
+        cls, event_id: str, publisher: str, attributes: Attributes, t_publish_ns: int
+    ) -> "Publish":
+        """A new event (empty path) whose ``attributes`` passed ``routing.validate_event``,
+        which checks all that Publish checks of them: only the other fields are checked
+        here (the client's publish path, where checking twice cost ~10 % of its CPU)."""
+        if type(event_id) is str and type(publisher) is str and type(t_publish_ns) is int:
+            return _build_publish(event_id, publisher, attributes, [], t_publish_ns)
+        return cls(event_id, publisher, attributes, [], t_publish_ns)  # raises, naming it
+
     def with_hop(self, broker_id: str) -> "Publish":
         """This event with ``broker_id`` appended to its path (for forwarding); only the
         new hop is checked. The attributes dict is shared, not copied."""

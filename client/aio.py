@@ -399,7 +399,7 @@ class AsyncClient:
         if event_id is None:
             event_id = f"{self.name}:{next(self._event_seq)}"
         event = attributes if type(attributes) is dict else dict(attributes)
-        await self._send(Publish(event_id, self.name, event, [], time.time_ns()))
+        await self._send(Publish.of_checked_event(event_id, self.name, event, time.time_ns()))
         return event_id
 
     async def flush(self) -> None:

@@ -257,6 +257,10 @@ async def test_invalid_filters_and_events_raise_before_sending(broker: FakeBroke
             await c.publish({"7family": 7})
         with pytest.raises(TypeError):
             await c.publish([("family", 7)])  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="event_id"):
+            await c.publish({"family": 7}, event_id=7)  # type: ignore[arg-type]
+        with pytest.raises(ValueError):  # a name seen valid before does not excuse others
+            await c.publish({"family": 7, "family.x": 1, "family x": 2})
         await c.flush()
         assert broker.kinds() == [Hello, Flush]
         assert await c.publish({"family": 7}) == "c1:1"  # rejected events used no id
