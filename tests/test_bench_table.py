@@ -1,0 +1,26 @@
+"""`python -m bench.table` renders a benchmark result as the README's table."""
+
+from __future__ import annotations
+
+from bench.table import render
+
+
+def test_rows_put_ours_beside_each_baseline_with_the_ratio() -> None:
+    point = {"events_per_s": 2000.0, "latency_500": {"p50_us": 300.0}}
+    result = {
+        "machine": {"date": "2026-11-23T00:00:00Z", "cpus": 2},
+        "results": {
+            "hop": {"fanout1": {"events_per_s": 6000.0, "latency_500": {"p50_us": 450.0}}},
+            "link": {"fanout1": point},
+            "amqtt": {"bare": {"fanout1": {"events_per_s": 500.0}}},
+        },
+        "targets": [
+            {"description": "d", "value": 3.0, "limit": 10.0, "target_met": False},
+        ],
+    }
+    text = render(result)
+    assert "| 1-to-1 events/s | 6,000 | relay | 2,000 | 3.00x | ~500k |" in text
+    assert "| 1-to-1 events/s | 6,000 | amqtt bare | 500 | 12.00x | ~3.5k |" in text
+    assert "| 1-to-1 p50 latency at 500/s (us) | 450 | relay | 300 | 1.50x | ~200 |" in text
+    assert "| 1-to-4 events/s | n/a | relay | n/a | n/a |  |" in text  # not measured
+    assert "| d | 3.0 | 10.0 | **no** |" in text
