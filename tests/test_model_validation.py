@@ -8,7 +8,10 @@ calibration measured (`measured_rates`): what is left to predict is how the netw
 behaves at three times the load, not which events the random workload happened to
 draw. The latency asserted is the default prediction, with the calibration's samples
 drawn again for the higher rate (`monitor.warmth`); the prediction from the samples
-as measured is printed beside it.
+as measured is printed beside it. The measurement is made twice and averaged: on this
+VM the same 8-second run at 3x gives mean latencies 10-20 % apart from one run to the
+next (the whole distribution moves, not a few outliers), which is most of the error
+left.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ SCALE = 3.0
 DURATION_S = 8.0
 WARMUP_S = 1.0
 THROUGHPUT_TOLERANCE = 0.03
-LATENCY_TARGET = 0.15  # issue 6; not reached yet: 6-22 % seen on this machine
+MEASUREMENTS = 2  # runs at 3x, averaged: one run's mean latency moves +-10 % run to run
+LATENCY_TARGET = 0.15  # issue 6; not reached reliably: 7-35 % seen on this machine
 LATENCY_GUARD = 0.30  # what this test asserts meanwhile, so the model cannot regress
 
 
@@ -112,15 +116,22 @@ def test_three_times_the_load_is_predicted_from_a_low_load_run(tmp_path: Path) -
 
     _, as_measured_latency = prediction(warm=False)  # for the report only
     want_throughput, want_latency = prediction(warm=True)
-    target = replay(
-        tree7_on_free_ports(tmp_path, "measurement"),  # ports free now, not reused
-        tmp_path / "measurement",
-        duration_s=DURATION_S,
-        warmup_s=WARMUP_S,
-        rate_scale=SCALE,
-        quiet=True,
-    )
-    throughput, latency = measured(target.run_dir)
+    runs = [
+        measured(
+            replay(
+                tree7_on_free_ports(tmp_path, f"measurement{k}"),  # ports free now
+                tmp_path / f"measurement{k}",
+                duration_s=DURATION_S,
+                warmup_s=WARMUP_S,
+                rate_scale=SCALE,
+                quiet=True,
+            ).run_dir
+        )
+        for k in range(MEASUREMENTS)
+    ]
+    throughput = pd.DataFrame([t for t, _ in runs]).mean().to_dict()
+    by_run = pd.DataFrame([lat for _, lat in runs])
+    latency = by_run.mean().to_dict()
 
     errors = pd.DataFrame(
         {
@@ -138,7 +149,10 @@ def test_three_times_the_load_is_predicted_from_a_low_load_run(tmp_path: Path) -
     )
     latencies["error"] = latencies["predicted"] / latencies["measured"] - 1
     latencies["as_measured_error"] = latencies["as_measured"] / latencies["measured"] - 1
-    report = f"\nthroughput (events/s):\n{errors}\nmean latency (ms):\n{latencies}"
+    report = (
+        f"\nthroughput (events/s):\n{errors}\nmean latency (ms):\n{latencies}"
+        f"\nmeasured latency per measurement run (ms):\n{by_run.T}"
+    )
     print(report)
     assert set(errors.index) == {str(b) for b in range(1, 8)}, report
     assert errors["error"].abs().max() <= THROUGHPUT_TOLERANCE, report
