@@ -13,6 +13,8 @@ Benchmarks (see each module's doc for what is measured and how):
   These four share one alternating comparison: every selected system is measured in
   each repetition, our broker included whenever one of the others is selected;
 * ``chain`` (bench.throughput): per-hop latency of 5 brokers against 5 relays;
+* ``wakeup`` (bench.wakeup): CPU per event at 400 and 2000 events/s, one broker
+  against the relay: what a process wake-up costs on this machine;
 * ``memory`` (bench.throughput): RSS with 100k subscriptions and under a slow
   subscriber;
 * ``tree15`` (bench.tree15): saturation rate of the 15-broker case study;
@@ -34,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import matching, mqtt, throughput, tracing_overhead, tree15
+from bench import matching, mqtt, throughput, tracing_overhead, tree15, wakeup
 from bench.common import write_result
 
 NAMES = (
@@ -43,6 +45,7 @@ NAMES = (
     "amqtt",
     "mosquitto",
     "chain",
+    "wakeup",
     "memory",
     "tree15",
     "matching",
@@ -216,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             run.attempt(
                 "chain", ["chain"], lambda: {"chain": throughput.run_chain(settings, workdir)}
             )
+        if "wakeup" in selected:
+            run.attempt("wakeup", ["wakeup"], lambda: {"wakeup": wakeup.run(args.quick, workdir)})
         if "memory" in selected:
             run.attempt(
                 "memory", ["memory"], lambda: {"memory": throughput.run_memory(settings, workdir)}

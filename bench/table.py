@@ -96,6 +96,19 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
             "",
         ]
     )
+    for rate in ("400", "2000"):
+        ours = _get(results, "wakeup", "systems", "hop", rate, "cpu_us_per_event")
+        theirs = _get(results, "wakeup", "systems", "relay", rate, "cpu_us_per_event")
+        out.append(
+            [
+                f"CPU per event at {rate}/s (us, process on-CPU time)",
+                _number(ours),
+                "relay",
+                _number(theirs),
+                _ratio(ours, theirs),
+                "",
+            ]
+        )
     out.append(
         [
             "tree15 saturation (events/s, p99 <= 100 ms)",

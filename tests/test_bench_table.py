@@ -13,6 +13,12 @@ def test_rows_put_ours_beside_each_baseline_with_the_ratio() -> None:
             "hop": {"fanout1": {"events_per_s": 6000.0, "latency_500": {"p50_us": 450.0}}},
             "link": {"fanout1": point},
             "amqtt": {"bare": {"fanout1": {"events_per_s": 500.0}}},
+            "wakeup": {
+                "systems": {
+                    "hop": {"400": {"cpu_us_per_event": 250.0}},
+                    "relay": {"400": {"cpu_us_per_event": 200.0}},
+                }
+            },
         },
         "targets": [
             {"description": "d", "value": 3.0, "limit": 10.0, "target_met": False},
@@ -23,4 +29,7 @@ def test_rows_put_ours_beside_each_baseline_with_the_ratio() -> None:
     assert "| 1-to-1 events/s | 6,000 | amqtt bare | 500 | 12.00x | ~3.5k |" in text
     assert "| 1-to-1 p50 latency at 500/s (us) | 450 | relay | 300 | 1.50x | ~200 |" in text
     assert "| 1-to-4 events/s | n/a | relay | n/a | n/a |  |" in text  # not measured
+    assert (
+        "| CPU per event at 400/s (us, process on-CPU time) | 250 | relay | 200 | 1.25x |" in text
+    )
     assert "| d | 3.0 | 10.0 | **no** |" in text

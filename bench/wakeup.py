@@ -1,0 +1,123 @@
+"""What a process wake-up costs here: CPU time per event at low rates, ours vs the relay.
+
+At saturation a broker handles hundreds of events per wake-up; at a low rate it
+wakes up for each one, and the CPU time of a wake-up (epoll, the scheduler, cold
+caches on a vCPU that was halted) is paid per event. This benchmark publishes at
+fixed low rates through one broker and through the relay (``bench.relay``, which
+only decodes and re-sends), alternating, and reports per event the on-CPU time of
+the broker or relay process, from the kernel's nanosecond run-time accounting
+(``/proc/PID/task/*/schedstat``; ``/proc/PID/stat`` counts 10 ms ticks), and the
+p50 latency. It explains the latency targets of ``python -m bench``: when the
+trivial relay itself needs ~200 us of CPU per event at 400 events/s, a hop cannot
+cost much less.
+
+Run: ``python -m bench.wakeup [--quick]``; writes ``bench/results/wakeup.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from bench import throughput
+from bench.common import median, write_result
+
+RATES = (400.0, 2000.0)
+FILLER = throughput.TOTAL_SUBSCRIPTIONS - 1
+
+
+def on_cpu_s(pid: int) -> float:
+    """Seconds process ``pid`` has run on a CPU, all its threads (ns accounting)."""
+    return (
+        sum(
+            int(path.read_text().split()[0])
+            for path in Path(f"/proc/{pid}/task").glob("*/schedstat")
+        )
+        / 1e9
+    )
+
+
+async def measure(
+    system: throughput.System, pid: int, rate: float, seconds: float
+) -> dict[str, Any]:
+    """CPU per event of process ``pid`` and latency p50 while publishing at ``rate``."""
+    async with AsyncExitStack() as stack:
+        await system.install_filler(stack, FILLER)
+        sub = await system.subscriber(stack)
+        pub = await system.publisher(stack)
+        await trio.sleep(0.5)  # the subscription settled, the filler's replies read
+        count = int(rate * seconds)
+        before = on_cpu_s(pid)
+        samples, achieved = await throughput.rate_limited([pub], [sub], 0, count, rate)
+        cpu_s = on_cpu_s(pid) - before
+    latencies = [latency for _, latency in samples]
+    return {
+        "rate": rate,
+        "achieved_rate": round(achieved, 1),
+        "events": count,
+        "received": len(samples),
+        "cpu_us_per_event": round(cpu_s / count * 1e6, 1),
+        "p50_us": round(throughput.percentile(latencies, 50) / 1e3, 1) if latencies else None,
+    }
+
+
+def run(quick: bool, workdir: Path) -> dict[str, Any]:
+    reps, seconds = (3, 2.0) if quick else (5, 5.0)
+    systems: list[throughput.System] = [throughput.RelaySystem(), throughput.HopSystem()]
+    runs: dict[str, dict[float, list[dict[str, Any]]]] = {
+        s.name: {rate: [] for rate in RATES} for s in systems
+    }
+    for rep in range(reps):
+        for system in systems if rep % 2 == 0 else systems[::-1]:
+            system.start(workdir)
+            try:
+                pid = _pid(system)
+                for rate in RATES:
+                    result = trio.run(measure, system, pid, rate, seconds)
+                    runs[system.name][rate].append(result)
+                    print(f"rep {rep} {system.name:5s} {rate:6.0f}/s: {result}", file=sys.stderr)
+            finally:
+                system.stop()
+    summary: dict[str, Any] = {}
+    for name, per_rate in runs.items():
+        summary[name] = {
+            f"{rate:.0f}": {
+                "cpu_us_per_event": median([r["cpu_us_per_event"] for r in results]),
+                "p50_us": median([r["p50_us"] for r in results if r["p50_us"] is not None]),
+                "runs": results,
+            }
+            for rate, results in per_rate.items()
+        }
+    return {"repetitions": reps, "seconds_per_run": seconds, "systems": summary}
+
+
+def _pid(system: throughput.System) -> int:
+    if isinstance(system, throughput.HopSystem):
+        return system.pid()
+    assert isinstance(system, throughput.RelaySystem)
+    return system.procs[0].pid
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 repetitions of 2 s")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-wakeup-") as tmp:
+        result = run(args.quick, Path(tmp))
+    for name, per_rate in result["systems"].items():
+        for rate, r in per_rate.items():
+            print(
+                f"{name:5s} {rate:>5s}/s: {r['cpu_us_per_event']} us CPU/event, "
+                f"p50 {r['p50_us']} us"
+            )
+    print(write_result("wakeup", result))
+
+
+if __name__ == "__main__":
+    main()
