@@ -8,10 +8,13 @@ calibration measured (`measured_rates`): what is left to predict is how the netw
 behaves at three times the load, not which events the random workload happened to
 draw. The latency asserted is the default prediction, with the calibration's samples
 drawn again for the higher rate (`monitor.warmth`); the prediction from the samples
-as measured is printed beside it. The measurement is made twice and averaged: on this
-VM the same 8-second run at 3x gives mean latencies 10-20 % apart from one run to the
+as measured is printed beside it.
+
+The measurement is made three times and the median taken per publisher: on this VM
+the same 8-second run at 3x gives mean latencies 10-20 % apart from one run to the
 next (the whole distribution moves, not a few outliers), which is most of the error
-left.
+left, and now and then one run is disturbed far more (3.1 ms, then 9.8 ms, in one
+`make test`), which the median of three leaves out where a mean would not.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ SCALE = 3.0
 DURATION_S = 8.0
 WARMUP_S = 1.0
 THROUGHPUT_TOLERANCE = 0.03
-MEASUREMENTS = 2  # runs at 3x, averaged: one run's mean latency moves +-10 % run to run
+MEASUREMENTS = 3  # runs at 3x; the median of each publisher's mean latency counts
 LATENCY_TARGET = 0.15  # issue 6; not reached reliably: 7-35 % seen on this machine
 LATENCY_GUARD = 0.30  # what this test asserts meanwhile, so the model cannot regress
 
@@ -129,9 +132,9 @@ def test_three_times_the_load_is_predicted_from_a_low_load_run(tmp_path: Path) -
         )
         for k in range(MEASUREMENTS)
     ]
-    throughput = pd.DataFrame([t for t, _ in runs]).mean().to_dict()
+    throughput = pd.DataFrame([t for t, _ in runs]).median().to_dict()
     by_run = pd.DataFrame([lat for _, lat in runs])
-    latency = by_run.mean().to_dict()
+    latency = by_run.median().to_dict()
 
     errors = pd.DataFrame(
         {
