@@ -191,7 +191,11 @@ def test_many_forced_reconnects_leave_no_duplicate_subscriptions(
                 assert s2["forwarded"] == baseline[1]["forwarded"]
                 assert len([k for k in s2["links"] if k.startswith("client:sub#")]) == 1
                 assert sub.reconnects == rounds
-                assert broker_proxy.accepted == client_proxy.accepted == rounds + 1
+                # Every cut forced new connections. Not always exactly one: a child that
+                # reconnects before its parent saw the old link die is refused ("already
+                # connected") and tries again, and likewise a client's retry may be refused.
+                assert broker_proxy.accepted >= rounds + 1
+                assert client_proxy.accepted >= rounds + 1
             nursery.cancel_scope.cancel()
 
     trio.run(scenario)
