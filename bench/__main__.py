@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import matching, mqtt, throughput, tracing_overhead, tree15, wakeup
-from bench.common import write_result
+from bench.common import lookup, write_result
 
 NAMES = (
     "link",
@@ -112,15 +112,6 @@ def fanout(
     return {**throughput.fanout_sections(measured), **mqtt.sections(measured, mqtt_names)}
 
 
-def _get(results: dict[str, Any], *path: str) -> Any:
-    value: Any = results
-    for key in path:
-        if not isinstance(value, dict) or key not in value:
-            return None
-        value = value[key]
-    return value
-
-
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The issue's targets: each with the measured value, its limit and ``target_met``
     (None when not measured in this run). The amqtt ratios are taken against the bare
@@ -151,10 +142,10 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         return target(
             f"hop_1to{fanout}_vs_amqtt",
             f"hop 1-to-{fanout} events/s over amqtt's (bare), at least 10x",
-            _get(results, "amqtt", "hop_over_amqtt_bare", f"fanout{fanout}", "events_per_s"),
+            lookup(results, "amqtt", "hop_over_amqtt_bare", f"fanout{fanout}", "events_per_s"),
             10.0,
             True,
-            value_with_1000_subscriptions=_get(
+            value_with_1000_subscriptions=lookup(
                 results, "amqtt", "hop_over_amqtt", f"fanout{fanout}", "events_per_s"
             ),
         )
@@ -164,7 +155,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         target(
             "hop_1to1_vs_relay",
             "hop 1-to-1 events/s over the relay's (link), at least 0.2",
-            _get(results, "hop", "ratio_to_link", "fanout1", "events_per_s"),
+            lookup(results, "hop", "ratio_to_link", "fanout1", "events_per_s"),
             0.2,
             True,
         ),
@@ -172,28 +163,28 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         target(
             "hop_latency_500_vs_relay",
             "hop 1-to-1 latency p50 at 500 events/s over the relay's, at most 1.5",
-            _get(results, "hop", "ratio_to_link", "fanout1", "latency_500_p50"),
+            lookup(results, "hop", "ratio_to_link", "fanout1", "latency_500_p50"),
             1.5,
             False,
         ),
         target(
             "chain_per_hop_us",
             "chain of 5 brokers: added latency per broker hop (median, us), under 150",
-            _get(results, "chain", "hop", "per_hop_us"),
+            lookup(results, "chain", "hop", "per_hop_us"),
             150.0,
             False,
         ),
         target(
             "memory_100k_subscriptions_mb",
             "broker RSS (MB) holding 100k subscriptions, under 300",
-            _get(results, "memory", "subscriptions", "rss_mb"),
+            lookup(results, "memory", "subscriptions", "rss_mb"),
             300.0,
             False,
         ),
         target(
             "memory_slow_subscriber_growth_mb",
             "broker RSS growth (MB) under a slow subscriber, under 50 (bounded)",
-            _get(results, "memory", "slow_subscriber", "rss_growth_mb"),
+            lookup(results, "memory", "slow_subscriber", "rss_growth_mb"),
             throughput.SLOW_GROWTH_LIMIT_MB,
             False,
         ),

@@ -55,6 +55,16 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
+def lookup(tree: Any, *path: str) -> Any:
+    """``tree[path[0]][path[1]]...`` of nested result dicts; None where a key is missing
+    (a benchmark not run, or failed)."""
+    for key in path:
+        if not isinstance(tree, dict) or key not in tree:
+            return None
+        tree = tree[key]
+    return tree
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 

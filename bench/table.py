@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS_DIR
+from bench.common import RESULTS_DIR, lookup
 
 # The issue's anchors (2026-11-22, 2 cores, 150-byte events, 1 -> 1, raw socket
 # clients): what a baseline reached there, to compare with what it reaches here.
@@ -27,124 +27,86 @@ ANCHORS = {
 }
 
 
-def _get(tree: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(tree, dict) or key not in tree:
-            return None
-        tree = tree[key]
-    return tree
-
-
 def _number(value: float | None, digits: int = 0) -> str:
     if value is None:
         return "n/a"
     return f"{value:,.{digits}f}"
 
 
-def _ratio(ours: float | None, theirs: float | None) -> str:
-    return "n/a" if ours is None or not theirs else f"{ours / theirs:.2f}x"
+def _compared(
+    label: str, ours: float | None, baseline: str, theirs: float | None, anchor: str = ""
+) -> list[str]:
+    ratio = "n/a" if ours is None or not theirs else f"{ours / theirs:.2f}x"
+    return [label, _number(ours), baseline, _number(theirs), ratio, anchor]
+
+
+def _alone(label: str, ours: float | None, digits: int = 0) -> list[str]:
+    return [label, _number(ours, digits), "", "", "", ""]
+
+
+BASELINES = {
+    "relay": ("link",),
+    "Mosquitto": ("mosquitto", "with_1000_subscriptions"),
+    "amqtt bare": ("amqtt", "bare"),
+    "amqtt, 1000 subs": ("amqtt", "with_1000_subscriptions"),
+}
+"""Each baseline of the fan-out comparison: its section in the results."""
 
 
 def rows(results: dict[str, Any]) -> list[list[str]]:
     """[measurement, ours, baseline, baseline's value, ours/baseline, anchor] rows."""
-    baselines = {
-        "relay": ("link",),
-        "Mosquitto": ("mosquitto", "with_1000_subscriptions"),
-        "amqtt bare": ("amqtt", "bare"),
-        "amqtt, 1000 subs": ("amqtt", "with_1000_subscriptions"),
-    }
     out = []
     for fanout in (1, 4):
         key = f"fanout{fanout}"
-        ours = _get(results, "hop", key, "events_per_s")
-        for name, path in baselines.items():
-            theirs = _get(results, *path, key, "events_per_s")
+        ours = lookup(results, "hop", key, "events_per_s")
+        for name, path in BASELINES.items():
             anchor = ANCHORS.get((name.lower(), "events_per_s"), "") if fanout == 1 else ""
-            out.append(
-                [
-                    f"1-to-{fanout} events/s",
-                    _number(ours),
-                    name,
-                    _number(theirs),
-                    _ratio(ours, theirs),
-                    anchor,
-                ]
-            )
-    ours = _get(results, "hop", "fanout1", "latency_500", "p50_us")
-    for name, path in baselines.items():
-        theirs = _get(results, *path, "fanout1", "latency_500", "p50_us")
-        out.append(
-            [
-                "1-to-1 p50 latency at 500/s (us)",
-                _number(ours),
-                name,
-                _number(theirs),
-                _ratio(ours, theirs),
-                ANCHORS.get((name.lower(), "p50_us"), ""),
-            ]
-        )
+            theirs = lookup(results, *path, key, "events_per_s")
+            out.append(_compared(f"1-to-{fanout} events/s", ours, name, theirs, anchor))
+    ours = lookup(results, "hop", "fanout1", "latency_500", "p50_us")
+    for name, path in BASELINES.items():
+        theirs = lookup(results, *path, "fanout1", "latency_500", "p50_us")
+        anchor = ANCHORS.get((name.lower(), "p50_us"), "")
+        out.append(_compared("1-to-1 p50 latency at 500/s (us)", ours, name, theirs, anchor))
     out.append(
-        [
+        _compared(
             "chain of 5: added latency per hop (us)",
-            _number(_get(results, "chain", "hop", "per_hop_us")),
+            lookup(results, "chain", "hop", "per_hop_us"),
             "relay chain",
-            _number(_get(results, "chain", "relay", "per_hop_us")),
-            _ratio(
-                _get(results, "chain", "hop", "per_hop_us"),
-                _get(results, "chain", "relay", "per_hop_us"),
-            ),
-            "",
-        ]
+            lookup(results, "chain", "relay", "per_hop_us"),
+        )
     )
     for rate in ("400", "2000"):
-        ours = _get(results, "wakeup", "systems", "hop", rate, "cpu_us_per_event")
-        theirs = _get(results, "wakeup", "systems", "relay", rate, "cpu_us_per_event")
         out.append(
-            [
+            _compared(
                 f"CPU per event at {rate}/s (us, process on-CPU time)",
-                _number(ours),
+                lookup(results, "wakeup", "systems", "hop", rate, "cpu_us_per_event"),
                 "relay",
-                _number(theirs),
-                _ratio(ours, theirs),
-                "",
-            ]
+                lookup(results, "wakeup", "systems", "relay", rate, "cpu_us_per_event"),
+            )
         )
-    out.append(
-        [
+    out += [
+        _alone(
             "tree15 saturation (events/s, p99 <= 100 ms)",
-            _number(_get(results, "tree15", "saturation_rate")),
-            "",
-            "",
-            "",
-            "",
-        ]
-    )
-    out.append(
-        [
+            lookup(results, "tree15", "saturation_rate"),
+        ),
+        _alone(
             "RSS holding 100k subscriptions (MB)",
-            _number(_get(results, "memory", "subscriptions", "rss_mb"), 1),
-            "",
-            "",
-            "",
-            "",
-        ]
-    )
-    out.append(
-        [
+            lookup(results, "memory", "subscriptions", "rss_mb"),
+            1,
+        ),
+        _alone(
             "RSS growth under a slow subscriber (MB)",
-            _number(_get(results, "memory", "slow_subscriber", "rss_growth_mb"), 1),
-            "",
-            "",
-            "",
-            "",
-        ]
-    )
+            lookup(results, "memory", "slow_subscriber", "rss_growth_mb"),
+            1,
+        ),
+    ]
     return out
 
 
 def render(result: dict[str, Any]) -> str:
     machine = result.get("machine", {})
-    load = _get(result, "load_average", "start")
+    load = lookup(result, "load_average", "start")
     lines = [
         f"Run of {machine.get('date', '?')} at revision {machine.get('git_revision', '?')}, "
         f"{machine.get('cpus', '?')} cores of an {machine.get('cpu_model', '?')}, Python "

@@ -67,6 +67,8 @@ from broker.protocol import (
     Error,
     Hello,
     Message,
+    Ping,
+    Pong,
     Stats,
     StatsRequest,
     SubAck,
@@ -353,6 +355,10 @@ class RelaySystem(System):
         for proc in self.procs:
             stop_process(proc)
         self.procs = []
+
+    def pid(self, node: int = 1) -> int:
+        """The PID of relay ``node`` (started from the far end of the chain: node 1 last)."""
+        return self.procs[self.length - node].pid
 
     async def publisher(self, stack: AsyncExitStack, node: int = 1) -> Publisher:
         stream, _ = await open_relay(stack, (HOST, self.ports[node]), "pub")
@@ -784,44 +790,58 @@ def wire_filters(count: int) -> list[list[list[Any]]]:
 async def hold_subscriptions(address: tuple[str, int], pid: int, count: int) -> dict[str, Any]:
     """Install ``count`` subscriptions over raw protocol connections, as many clients
     would: each connection holds at most the broker's per-connection limit
-    (``Limits.max_subscriptions``). The broker's RSS while all of them are held."""
+    (``Limits.max_subscriptions``), and answers the broker's heartbeat pings while it
+    waits for the others (else the broker cuts it as silent). The broker's RSS while
+    all of them are held."""
     filters = wire_filters(count)
     per_connection = Limits().max_subscriptions
     streams: list[trio.SocketStream] = []
     try:
-        start = time.perf_counter()
-        for first in range(0, count, per_connection):
+        async with trio.open_nursery() as nursery:
+            start = time.perf_counter()
+            for first in range(0, count, per_connection):
+                stream = await trio.open_tcp_stream(*address)
+                streams.append(stream)
+                chunk = filters[first : first + per_connection]
+                conn = await _install(stream, f"bench-memory-{len(streams)}", chunk)
+                nursery.start_soon(_answer_pings, stream, conn)
+            install_s = time.perf_counter() - start
             stream = await trio.open_tcp_stream(*address)
             streams.append(stream)
-            chunk = filters[first : first + per_connection]
-            await _install(stream, f"bench-memory-{len(streams)}", chunk)
-        install_s = time.perf_counter() - start
-        stream = await trio.open_tcp_stream(*address)
-        streams.append(stream)
-        conn = Connection("initiator")
-        await stream.send_all(conn.send(Hello(PROTOCOL_VERSION, "client", "bench-memory")))
-        await _read_until(stream, conn, Welcome)
-        await stream.send_all(conn.send(StatsRequest()))
-        stats = await _read_until(stream, conn, Stats)
-        await trio.sleep(0.2)
+            conn = await _say_hello(stream, "bench-memory")
+            await stream.send_all(conn.send(StatsRequest()))
+            stats = await _read_until(stream, conn, Stats)
+            if stats.stats["subscriptions"] != count:  # a connection was cut: no number
+                raise RuntimeError(f"the broker holds {stats.stats['subscriptions']} of {count}")
+            await trio.sleep(0.2)
+            rss = rss_mb(pid)
+            nursery.cancel_scope.cancel()
         return {
             "subscriptions": stats.stats["subscriptions"],
             "connections": len(streams) - 1,
             "install_s": round(install_s, 2),
             "subscribes_per_s": round(count / install_s, 1),
-            "rss_mb": round(rss_mb(pid), 1),
+            "rss_mb": round(rss, 1),
         }
     finally:
         for stream in streams:
             await trio.aclose_forcefully(stream)
 
 
-async def _install(stream: trio.SocketStream, name: str, filters: list[list[list[Any]]]) -> None:
-    """Say Hello on ``stream`` and subscribe ``filters``, pipelined (at most
-    INSTALL_WINDOW unacknowledged); return once all are acknowledged."""
-    conn = Connection("initiator")
-    await stream.send_all(conn.send(Hello(PROTOCOL_VERSION, "client", name)))
-    await _read_until(stream, conn, Welcome)
+async def _answer_pings(stream: trio.SocketStream, conn: Connection) -> None:
+    """Answer every Ping on a raw connection with Pong, as a client does."""
+    while data := await stream.receive_some(READ_SIZE):
+        for message in conn.receive_data(data):
+            if type(message) is Ping:
+                await stream.send_all(conn.send(Pong(message.nonce)))
+
+
+async def _install(
+    stream: trio.SocketStream, name: str, filters: list[list[list[Any]]]
+) -> Connection:
+    """Subscribe ``filters`` as client ``name`` on a new ``stream``, pipelined (at most
+    INSTALL_WINDOW unacknowledged); return its connection once all are acknowledged."""
+    conn = await _say_hello(stream, name)
     tokens_in, tokens_out = trio.open_memory_channel[None](INSTALL_WINDOW)
     count = len(filters)
 
@@ -846,6 +866,7 @@ async def _install(stream: trio.SocketStream, name: str, filters: list[list[list
                 await tokens_in.send(None)
                 frames.append(conn.send(Subscribe(sub_id + 1, filters[sub_id])))
             await stream.send_all(b"".join(frames))
+    return conn
 
 
 async def slow_subscriber(address: tuple[str, int], pid: int, seconds: float) -> dict[str, Any]:
@@ -857,9 +878,7 @@ async def slow_subscriber(address: tuple[str, int], pid: int, seconds: float) ->
         pub = await open_hop(stack, address, "bench-fast-pub")
         stream = await trio.open_tcp_stream(*address)
         stack.push_async_callback(trio.aclose_forcefully, stream)  # closed first
-        conn = Connection("initiator")
-        await stream.send_all(conn.send(Hello(PROTOCOL_VERSION, "client", "bench-slow-sub")))
-        await _read_until(stream, conn, Welcome)
+        conn = await _say_hello(stream, "bench-slow-sub")
         await stream.send_all(conn.send(Subscribe(1, parse_filter(MATCHING_FILTER).to_wire())))
         await _read_until(stream, conn, SubAck)
         rss_before = rss_mb(pid)
@@ -905,6 +924,14 @@ async def slow_subscriber(address: tuple[str, int], pid: int, seconds: float) ->
         "target_met": growth < SLOW_GROWTH_LIMIT_MB,
         "timeline_s_mb": timeline[:: max(1, len(timeline) // 40)],
     }
+
+
+async def _say_hello(stream: trio.SocketStream, name: str) -> Connection:
+    """Open a raw client protocol connection on ``stream`` as client ``name``."""
+    conn = Connection("initiator")
+    await stream.send_all(conn.send(Hello(PROTOCOL_VERSION, "client", name)))
+    await _read_until(stream, conn, Welcome)
+    return conn
 
 
 async def _read_until(stream: trio.SocketStream, conn: Connection, kind: type[M]) -> M:

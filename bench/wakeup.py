@@ -44,7 +44,7 @@ def on_cpu_s(pid: int) -> float:
 
 
 async def measure(
-    system: throughput.System, pid: int, rate: float, seconds: float
+    system: throughput.RelaySystem | throughput.HopSystem, pid: int, rate: float, seconds: float
 ) -> dict[str, Any]:
     """CPU per event of process ``pid`` and latency p50 while publishing at ``rate``."""
     async with AsyncExitStack() as stack:
@@ -69,7 +69,10 @@ async def measure(
 
 def run(quick: bool, workdir: Path) -> dict[str, Any]:
     reps, seconds = (3, 2.0) if quick else (5, 5.0)
-    systems: list[throughput.System] = [throughput.RelaySystem(), throughput.HopSystem()]
+    systems: list[throughput.RelaySystem | throughput.HopSystem] = [
+        throughput.RelaySystem(),
+        throughput.HopSystem(),
+    ]
     runs: dict[str, dict[float, list[dict[str, Any]]]] = {
         s.name: {rate: [] for rate in RATES} for s in systems
     }
@@ -77,7 +80,7 @@ def run(quick: bool, workdir: Path) -> dict[str, Any]:
         for system in systems if rep % 2 == 0 else systems[::-1]:
             system.start(workdir)
             try:
-                pid = _pid(system)
+                pid = system.pid()
                 for rate in RATES:
                     result = trio.run(measure, system, pid, rate, seconds)
                     runs[system.name][rate].append(result)
@@ -95,13 +98,6 @@ def run(quick: bool, workdir: Path) -> dict[str, Any]:
             for rate, results in per_rate.items()
         }
     return {"repetitions": reps, "seconds_per_run": seconds, "systems": summary}
-
-
-def _pid(system: throughput.System) -> int:
-    if isinstance(system, throughput.HopSystem):
-        return system.pid()
-    assert isinstance(system, throughput.RelaySystem)
-    return system.procs[0].pid
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import random
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +18,15 @@ from topologies import Topology, load_topology
 from topologies.generators import to_toml
 
 REPO = Path(__file__).resolve().parent.parent
+HOP = [sys.executable, "-m", "broker.cli"]
+"""The `hop` command of this checkout."""
+
+
+def run_hop(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run `hop ARGS...` from the repository root; its output captured as text."""
+    return subprocess.run(
+        [*HOP, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False
+    )
 
 
 def free_base_port(count: int) -> int:

@@ -6,7 +6,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,15 +13,7 @@ import pytest
 
 from broker.cli import _attributes, _value
 from broker.probe import fetch_stats
-from tests.network import REPO, Network
-
-HOP = [sys.executable, "-m", "broker.cli"]
-
-
-def run_hop(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*HOP, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False
-    )
+from tests.network import HOP, REPO, Network, run_hop
 
 
 def test_bad_topology_file_exits_2_naming_file_and_field(tmp_path: Path) -> None:

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -31,13 +29,11 @@ import pytest
 
 from monitor.predict import predict
 from monitor.traces import read_table
-from tests.network import REPO, free_base_port
+from tests.network import REPO, free_base_port, run_hop
 from topologies import load_case_study
 from topologies.generators import to_toml
 
 pytestmark = pytest.mark.integration
-
-HOP = [sys.executable, "-m", "broker.cli"]
 
 SCALE = 3.0
 DURATION_S = 8.0
@@ -64,26 +60,19 @@ def hop_replay(tmp_path: Path, name: str, duration_s: float, warmup_s: float, sc
     earlier tests) and threads are the likely reason one calibration came out with
     latencies 60 % too high in a full `make test`."""
     out = tmp_path / name
-    result = subprocess.run(
-        [
-            *HOP,
-            "replay",
-            str(tree7_on_free_ports(tmp_path, name)),
-            "--out",
-            str(out),
-            "--duration",
-            str(duration_s),
-            "--warmup",
-            str(warmup_s),
-            "--rate-scale",
-            str(scale),
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
+    result = run_hop(
+        "replay",
+        str(tree7_on_free_ports(tmp_path, name)),
+        "--out",
+        str(out),
+        "--duration",
+        str(duration_s),
+        "--warmup",
+        str(warmup_s),
+        "--rate-scale",
+        str(scale),
+        "--quiet",
         timeout=duration_s + warmup_s + 120,
-        cwd=REPO,
-        check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return out
