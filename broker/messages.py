@@ -544,6 +544,20 @@ def encode_message(message: Message) -> bytes:
     return _packer.pack(message._WIRE(message))
 
 
+def publish_summary(payload: bytes | bytearray | memoryview) -> tuple[str, str, Any, int]:
+    """The event id, publisher, `type` attribute ("" if none) and path length of a
+    Publish payload, without checking or building the message: for the traces of frames
+    a broker has already accepted. ProtocolError if it is not a Publish."""
+    try:
+        wire = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except Exception as exc:  # as in decode_message
+        raise ProtocolError(ERR_MALFORMED, f"payload is not valid msgpack: {exc}") from None
+    if type(wire) is not list or len(wire) != 6 or wire[0] != Publish.TYPE:
+        raise ProtocolError(ERR_MALFORMED, f"not a Publish: {reprlib.repr(wire)}")
+    _, event_id, publisher, attributes, path, _ = wire
+    return event_id, publisher, attributes.get("type", ""), len(path)
+
+
 def decode_message(payload: bytes | bytearray | memoryview) -> Message:
     """Decode and validate one payload; raises ProtocolError, and only ProtocolError.
 

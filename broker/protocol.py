@@ -113,6 +113,7 @@ __all__ = [
     "encode_frame",
     "encode_message",
     "error_frame",
+    "split_frames",
 ]
 
 DEFAULT_MAX_FRAME = 1_048_576
@@ -203,6 +204,25 @@ def encode_frame(message: Message, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
     return _LENGTH.pack(len(payload)) + payload
 
 
+def split_frames(data: bytes) -> list[memoryview]:
+    """The whole frames (length prefix included) that `data` holds one after the other,
+    as `Connection.received_frames` does; a truncated last frame is an error."""
+    frames = []
+    view = memoryview(data)
+    start, end = 0, len(data)
+    while start < end:
+        if end - start < 4:
+            raise ProtocolError(ERR_FRAMING, f"{end - start} bytes left over after the frames")
+        stop = start + 4 + _LENGTH.unpack_from(data, start)[0]
+        if stop > end:
+            raise ProtocolError(
+                ERR_FRAMING, f"last frame truncated ({end - start} of {stop - start} bytes)"
+            )
+        frames.append(view[start:stop])
+        start = stop
+    return frames
+
+
 def error_frame(code: str, message: str) -> bytes:
     """The frame of an Error message: the answer to a violation, written before closing."""
     return encode_frame(Error(code, message))
@@ -220,7 +240,12 @@ class Connection:
     """The protocol state of one connection, seen from one side (see the module doc)."""
 
     def __init__(
-        self, side: Side, *, max_frame: int = DEFAULT_MAX_FRAME, limits: Limits | None = None
+        self,
+        side: Side,
+        *,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        limits: Limits | None = None,
+        keep_frames: bool = False,
     ) -> None:
         if side not in ("initiator", "acceptor"):
             raise ValueError(f"side must be 'initiator' or 'acceptor', not {side!r}")
@@ -240,8 +265,10 @@ class Connection:
         self._limits = limits
         self._limited: Limits | None = None  # the limits in force: a client peer, OPEN
         self._subscriptions: set[int] = set()  # a limited peer's subscriptions in force
-        self.frame_sizes: list[int] = []
-        """Sizes in bytes of the frames of the messages the last receive_data returned."""
+        self._keep_frames = keep_frames
+        self.received_frames: bytes | bytearray = b""
+        """With `keep_frames`: the frames (length prefixes included) of the messages the
+        last receive_data returned, as received (a broker's trace decodes them again)."""
         self._receivable = self._sendable = _NOTHING
         self._update_allowed()
 
@@ -294,13 +321,17 @@ class Connection:
         buffer = self._buffer
         buffer += data
         messages: list[Message] = []
-        self.frame_sizes = []
         try:
             consumed = self._parse_frames(buffer, messages)
         except ProtocolError as exc:
             self._fail(exc)
             raise
-        del buffer[:consumed]
+        if self._keep_frames:  # hand the buffer over rather than copy the frames out
+            self._buffer = buffer[consumed:]  # at most part of one frame
+            del buffer[consumed:]
+            self.received_frames = buffer
+        else:
+            del buffer[:consumed]
         return messages
 
     def send(self, message: Message, frame: bytes | None = None) -> bytes:
@@ -345,7 +376,6 @@ class Connection:
                     self._on_received(message)
                     receivable, limited = self._receivable, self._limited
                 messages.append(message)
-                self.frame_sizes.append(stop - start)
                 start = stop
         return start
 

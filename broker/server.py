@@ -89,14 +89,13 @@ from broker.protocol import (
     Welcome,
     encode_frame,
     error_frame,
+    split_frames,
 )
 from broker.security import ERR_AUTH, BrokerSecurity, secret_matches
-from monitor.hop_trace import HopRecorder
-from monitor.schema import HOPS
+from monitor.hop_trace import BLOCKED, DROPPED, EVENT_ROW, MARK, HopRecorder
 from routing import Filter
 from routing.router import (
     Action,
-    Decision,
     Router,
     SendSubAck,
     SendSubscribe,
@@ -105,6 +104,7 @@ from routing.router import (
 from topologies import Topology
 
 log = structlog.get_logger("hop.broker")
+pack_row = EVENT_ROW.pack
 
 READ_SIZE = 65536
 _CLOSED = ("", "")  # the link ended without a problem to report
@@ -173,9 +173,11 @@ class Link:
     closed: bool = False
     queued: int = 0  # frames in the outgoing queue (trio's statistics() is costly)
     node: str = ""  # how traces name the peer: a broker id, or client:NAME
-    # Tracing: rows of the events of the read being handled (monitor.hop_trace), and
-    # CPU time spent in that read on anything else (control messages, blocked sends).
-    trace_rows: list[Any] = field(default_factory=list)
+    # Tracing (monitor.hop_trace) of the read being handled: its events' values, notes
+    # on what was not plain routing, and the CPU time spent on anything else than
+    # routing (control messages, blocked sends).
+    trace_rows: list[bytes] = field(default_factory=list)
+    trace_notes: list[Any] = field(default_factory=list)
     untraced_cpu_ns: int = 0
     # Liveness (time.monotonic() seconds): the reader waits for data since `heard`
     # when `receiving`; a write is in progress since `send_started` (0: none).
@@ -283,8 +285,13 @@ class Broker:
                 task_status.started()
         finally:
             if self.tracer is not None:
-                self.tracer.close()
-                self._log.info("trace_closed", rows=self.tracer.writer.rows_written)
+                status = self.tracer.close()
+                self._log.info(
+                    "trace_closed",
+                    rows=self.tracer.rows_shipped,
+                    lost=self.tracer.rows_lost,
+                    writer_status=status,
+                )
 
     async def _listen(self, listeners: list[trio.SocketListener], nursery: trio.Nursery) -> None:
         """Accept connections until `drain`; the links live on in `nursery`."""
@@ -327,7 +334,9 @@ class Broker:
                 await trio.sleep(delay * random.uniform(0.5, 1.5))
                 delay = min(delay * 2, self.config.reconnect_max_s)
                 continue
-            conn = Connection("initiator", max_frame=self.config.max_frame)
+            conn = Connection(
+                "initiator", max_frame=self.config.max_frame, keep_frames=self.tracer is not None
+            )
             try:
                 with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                     secret = self.config.security.secret
@@ -366,7 +375,12 @@ class Broker:
                 await trio.aclose_forcefully(stream)
 
     async def _accept_link(self, stream: trio.abc.Stream) -> None:
-        conn = Connection("acceptor", max_frame=self.config.max_frame, limits=self.config.limits)
+        conn = Connection(
+            "acceptor",
+            max_frame=self.config.max_frame,
+            limits=self.config.limits,
+            keep_frames=self.tracer is not None,
+        )
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                 hello, leftover = await _read_one(stream, conn)
@@ -417,7 +431,7 @@ class Broker:
         link = Link(link_id, kind, peer, stream, conn, send_channel, receive_channel, self.waiting)
         self.links[link_id] = link
         if self.tracer is not None:
-            self.tracer.peers[link_id] = link.node if kind == "broker" else peer
+            self.tracer.name_link(link_id, link.node if kind == "broker" else peer, kind)
         self._log.info("link_up", link=link_id)
         problem: tuple[str, str] | None = None
         try:
@@ -457,8 +471,9 @@ class Broker:
         with link.read_scope:
             if self._draining:
                 link.read_scope.cancel()
-            if leftover:
-                problem = await self._handle_read(link, leftover, time.time_ns(), 0)
+            if leftover:  # the handshake's frame is not among them
+                frames = b"".join(split_frames(link.conn.received_frames)[1:])
+                problem = await self._handle_read(link, leftover, frames, time.time_ns(), 0)
             if problem is None:
                 problem = await self._reader(link)
         return problem
@@ -534,17 +549,20 @@ class Broker:
                 messages = conn.receive_data(data)
             except ProtocolError as exc:
                 return (exc.code, exc.message)
-            problem = await self._handle_read(link, messages, t_read, cpu_read)
+            problem = await self._handle_read(
+                link, messages, conn.received_frames, t_read, cpu_read
+            )
             if problem is not None:
                 return problem
 
     async def _handle_read(
-        self, link: Link, messages: list[Any], t_read: int, cpu_read: int
+        self, link: Link, messages: list[Any], frames: bytes, t_read: int, cpu_read: int
     ) -> tuple[str, str] | None:
-        """Handle the messages of one read (which came at `t_read`, when this thread's
-        CPU clock read `cpu_read`: both 0 when not tracing)."""
+        """Handle the messages of one read, whose `frames` came at `t_read`, when this
+        thread's CPU clock read `cpu_read` (b"", 0 and 0 when not tracing)."""
         counters = link.counters
         problem = None
+        queued = self.waiting.frames  # at the read's arrival, as traced
         for index, message in enumerate(messages):
             counters.messages_in += 1
             if type(message) is Publish:
@@ -552,22 +570,23 @@ class Broker:
             elif self.tracer is None:
                 problem = await self._handle(link, message)
             else:
+                link.trace_notes += (MARK, index, time.time_ns())
                 cpu_before = time.thread_time_ns()
                 problem = await self._handle(link, message)
                 link.untraced_cpu_ns += time.thread_time_ns() - cpu_before
             if problem is not None:
                 break
         if self.tracer is not None and link.trace_rows:
+            link.trace_notes += (MARK, len(messages), time.time_ns())  # the read's end
             cpu_ns = time.thread_time_ns() - cpu_read - link.untraced_cpu_ns if cpu_read else 0
             self.tracer.add_read(
-                link.node,
-                t_read,
-                len(messages),
-                cpu_ns,
-                self.router.subscription_count,
+                (link.node, t_read, len(messages), cpu_ns, self.router.subscription_count, queued),
+                frames,
                 link.trace_rows,
+                link.trace_notes,
             )
             link.trace_rows = []
+        link.trace_notes = []
         link.untraced_cpu_ns = 0
         return problem
 
@@ -631,7 +650,6 @@ class Broker:
         tracer = self.tracer
         if tracer is not None:
             t_start = time.time_ns()
-            queued = self.waiting.frames
         link.counters.events_in += 1
         if self.name in event.path:
             self.events_dropped += 1
@@ -640,7 +658,9 @@ class Broker:
                 "cycle_dropped", event_id=event.event_id, path=event.path, link=link.link_id
             )
             if tracer is not None:
-                tracer.dropped(self._drop_row(link, event, index, t_start, queued, "cycle"))
+                outcome = tracer.outcomes.get(()) or tracer.outcome(())
+                link.trace_rows.append(pack_row(t_start, outcome, 0, 0))
+                link.trace_notes += (DROPPED, index, "cycle")
             return
         decision = self.router.route(link.link_id, event.attributes)
         self.events_routed += 1
@@ -677,43 +697,26 @@ class Broker:
             if missed:
                 self._count_missed(missed, sends)
         else:
-            t_routed = t_done = time.time_ns()
             if blocked:
+                link.trace_notes += (BLOCKED, index, time.time_ns())
                 cpu_before = time.thread_time_ns()
                 await self._send_blocked(blocked, missed)
                 link.untraced_cpu_ns += time.thread_time_ns() - cpu_before
-                t_done = time.time_ns()
-            if missed:
+            if missed:  # trace where the event really went
                 sends = self._count_missed(missed, sends)
-                row = self._drop_row(link, event, index, t_start, queued, ",".join(missed))
-                tracer.dropped(_with_sends(row, decision, sends, t_done))
+                targets = tuple([out.link_id for out, _ in sends])
+                link.trace_notes += (DROPPED, index, ",".join(missed))
+            elif decision.forward:
+                targets = (*decision.forward, *decision.deliver)
             else:
-                trace_rows = link.trace_rows
-                if len(sends) == len(decision.forward) + len(decision.deliver):
-                    to_nodes, delivered = tuple(decision.forward), tuple(decision.deliver)
-                else:  # a link is gone: trace where the event really went
-                    to_nodes = tuple(out.link_id for out, _ in sends if out.kind == "broker")
-                    delivered = tuple(out.link_id for out, _ in sends if out.kind != "broker")
-                bytes_out = 0
-                for _, frame in sends:
-                    bytes_out += len(frame)
-                sizes = link.conn.frame_sizes
-                trace_rows += (  # monitor.hop_trace.EVENT_FIELDS
-                    event.event_id,
-                    event.attributes.get("type", ""),
-                    event.publisher,
-                    to_nodes,  # link ids: the recorder names them (tracer.peers)
-                    delivered,
-                    t_start,
-                    t_routed,
-                    t_done,
-                    index,
-                    queued,
-                    sizes[index] if index < len(sizes) else 0,
-                    bytes_out,
-                    decision.filters_matched,
-                    len(event.path),
-                )
+                targets = tuple(decision.deliver)
+            outcome = tracer.outcomes.get(targets) or tracer.outcome(targets)
+            bytes_out = 0
+            for _, frame in sends:
+                bytes_out += len(frame)
+            link.trace_rows.append(  # monitor.hop_trace.EVENT_FIELDS
+                pack_row(t_start, outcome, decision.filters_matched, bytes_out)
+            )
         if self.on_event is not None:
             self.on_event(link.link_id, event, decision)
 
@@ -736,36 +739,6 @@ class Broker:
             self.drops[entry.split(":", 1)[0]] += 1
         gone = {entry.split(":", 1)[1] for entry in missed}
         return [(out, frame) for out, frame in sends if out.link_id not in gone]
-
-    def _drop_row(
-        self, link: Link, event: Publish, index: int, t_start: int, queued: int, reason: str
-    ) -> tuple[Any, ...]:
-        """The whole `hops` row (but run_id and broker) of an event dropped unrouted."""
-        sizes = link.conn.frame_sizes
-        now = time.time_ns()
-        return (
-            event.event_id,
-            str(event.attributes.get("type", "")),
-            event.publisher,
-            link.node,
-            (),
-            (),
-            "dropped",
-            reason,
-            t_start,
-            t_start,
-            now,
-            0,
-            0,
-            1,
-            index,
-            queued,
-            sizes[index] if index < len(sizes) else 0,
-            0,
-            0,
-            self.router.subscription_count,
-            len(event.path),
-        )
 
     async def _perform(self, actions: list[Action]) -> None:
         for action in actions:
@@ -826,23 +799,6 @@ class Broker:
             "drops": dict(self.drops),
             "links": links,
         }
-
-
-def _with_sends(
-    row: tuple[Any, ...], decision: Decision, sends: list[tuple[Link, bytes]], t_done: int
-) -> tuple[Any, ...]:
-    """A dropped event's row (`Broker._drop_row`) completed with the targets that did
-    get it, the bytes sent, its completion time and its matches."""
-    names = [f.name for f in HOPS if f.name not in ("run_id", "broker")]
-    values = dict(zip(names, row, strict=True))
-    values.update(
-        to_nodes=tuple(out.peer for out, _ in sends if out.kind == "broker"),
-        delivered_to=tuple(out.peer for out, _ in sends if out.kind != "broker"),
-        t_done_ns=t_done,
-        bytes_out=sum(len(frame) for _, frame in sends),
-        filters_matched=decision.filters_matched,
-    )
-    return tuple(values.values())
 
 
 async def _read_one(stream: trio.abc.Stream, conn: Connection) -> tuple[Any, list[Any]]:

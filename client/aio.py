@@ -839,9 +839,7 @@ async def open_client(
         async with trio.open_nursery() as nursery:
             if secret is None:
                 secret = secret_from_env()
-            client = await _connect(
-                nursery, host, port, name, secret, timeout, ssl_context, policy
-            )
+            client = await _connect(nursery, host, port, name, secret, timeout, ssl_context, policy)
             try:
                 yield client
             finally:

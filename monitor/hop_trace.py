@@ -1,188 +1,242 @@
-"""The broker's `hops` recorder, built for a small cost per event.
+"""The broker's `hops` recorder: a small cost per event in the broker, the rest in a
+writer process of its own (`monitor.hop_writer`).
 
-A broker handles events in reads: one `receive_some` returns bytes holding one or
-more frames, decoded together and routed one after the other without yielding to
-other tasks. The recorder follows that shape so the per-event work stays small:
+Tracing must cost little (issue 4: at most 5 % of a broker's throughput, about 1 us per
+event here), and in CPython each value touched per event costs tens of nanoseconds. So
+the broker keeps only what it alone knows and ships it as it is:
 
-* per event, the broker extends a flat list with the values of `EVENT_FIELDS` (two
-  wall-clock reads, no CPU clock; a flat list because turning it into columns is
-  then slicing, where a list of row tuples would need a transposition);
-* per read, it calls `add_read` with the values shared by the read's events (the
-  peer, the arrival time, the batch size, the subscription count) and the thread's
-  CPU time for the whole read, from two `time.thread_time_ns()` calls;
-* at flush, the columns of `monitor.schema.HOPS` are built with numpy and pyarrow:
-  per-read values repeated over their events, `wait_ns` computed, and the read's
-  CPU time shared among its events in proportion to their routing wall time.
+* per event it handled, the ints of `EVENT_FIELDS` (one wall-clock read, no CPU
+  clock), packed into 32 bytes (`EVENT_ROW`): no Python container or int outlives the
+  event (thousands of objects kept per event made each garbage collection slower, and
+  reading them back out of the cache to ship them cost more than all the rest; packing
+  costs less than a list append and `array.extend` together). The links an event
+  went to are an `outcome` code, one per distinct tuple of link ids;
+* notes on the rare rest, as flat (kind, batch_index, value) triples: when a control
+  message began (`MARK`, also for the read's end), when an event that then waited for
+  room in a full queue had been routed (`BLOCKED`), why an event missed targets
+  (`DROPPED`). An event is done when the broker turns to its next message, so its
+  `t_done_ns` is the start of what follows it in the read: the next event, or a mark;
+* per read, the values of `READ_FIELDS` the read's events share, with the CPU time of
+  the whole read (two `time.thread_time_ns()` calls), and the read's frames as
+  received (`Connection(keep_frames=True)`): the writer decodes them again for what the
+  event itself says (id, type, publisher, path, size), so the broker never copies it.
 
-So `cpu_ns` is this thread's CPU time for decoding and routing the read the event
-came in (tracing included; control messages and time spent blocked excluded),
-apportioned by routing time. Reading the CPU clock per event instead costs two
-system calls (about 1 us here), a large share of an event's cost at saturation.
+`flush` marshals the little that is not bytes (reads' values, notes, link names) and
+hands it, the events' packed rows and the reads' frames to a thread that writes them to
+the writer process's stdin with `os.writev` (the GIL released: the broker's thread
+never copies the bulk of it); the writer builds the Arrow columns and writes a record
+batch per blob. A blob goes at least every `flush_rows` events or `flush_bytes` of
+frames, and once a second from the broker's flush task. `close` ships the rest, and
+waits for the writer to finish the file: a broker stopped with SIGTERM or Ctrl-C
+leaves a complete trace. The writer ignores those signals and ends at the end of its
+input, so it also finishes the file when the broker is killed (losing only what the
+broker had not shipped).
 
-Rare rows (events dropped) are appended whole with `dropped` and written as a
-batch of their own.
+If the writer falls behind by more than `queue_bytes` of blobs, or is gone, blobs are
+dropped and counted (`rows_lost`, logged once): the broker keeps routing either way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import marshal
+import os
+import queue
+import struct
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
+import structlog
 
-from monitor.recorder import TraceWriter
-from monitor.schema import HOPS
 from monitor.tracing import trace_path
 
-EVENT_FIELDS = (
-    "event_id",
-    "event_type",
-    "publisher",
-    "to_nodes",  # tuple of the broker links' ids (named through `HopRecorder.peers`)
-    "delivered_to",  # tuple of the client links' ids (likewise)
-    "t_start_ns",
-    "t_routed_ns",  # routing done, before waiting for room in full queues
-    "t_done_ns",
-    "batch_index",
-    "queue_len",
-    "bytes_in",
-    "bytes_out",
-    "filters_matched",
-    "hops_before",
-)
-"""What the broker appends per event, in this order."""
-WIDTH = len(EVENT_FIELDS)
+log = structlog.get_logger("hop.trace")
 
-_FIRST_INT = EVENT_FIELDS.index("t_start_ns")
-_INT_FIELDS = EVENT_FIELDS[_FIRST_INT:]
-_EVENT_INT_COLUMNS = tuple(f for f in _INT_FIELDS if f != "t_routed_ns")  # t_routed: CPU shares
+EVENT_FIELDS = (
+    "t_start_ns",
+    "outcome",  # code of the link ids it was sent to (`HopRecorder.outcome`)
+    "filters_matched",
+    "bytes_out",
+)
+"""The ints the broker records per event, in this order. Its position in the read
+(`batch_index`) is not among them: the read's messages are events (a row each, in
+order) but for its control messages, which the notes mark."""
+WIDTH = len(EVENT_FIELDS)
+EVENT_ROW = struct.Struct(f"={WIDTH}q")
+"""How they are packed (native byte order: the bytes only cross a pipe)."""
+
+MARK, BLOCKED, DROPPED = "mark", "blocked", "dropped"
+"""Kinds of notes: a time the broker turned to a control message or ended the read; the
+time an event that then waited for queue room had been routed; why an event missed
+targets (a string)."""
+
+
+READ_FIELDS = (
+    "from_node",
+    "t_arrival_ns",  # the read returned
+    "batch",  # messages in the read
+    "cpu_ns",  # the thread's CPU time handling the read, control messages excluded
+    "subscriptions",  # in the broker's table after the read
+    "queue_len",  # frames waiting in the broker's outgoing queues when the read came
+)
+"""The values an event shares with the others of its read, in this order."""
+
+BLOB_HEADER = struct.Struct(">II")
+"""Each blob on the writer's stdin: this header (the lengths of the two parts that
+follow it), a marshal of (the links named and the outcomes coded since the last blob,
+and per read: its `READ_FIELDS`, the length of its frames, its number of events, its
+notes), the events' rows, then the frames of each read one after the other."""
 
 
 class HopRecorder:
-    """`hops` rows of one broker to RUN_DIR/traces/hops-brokerID-PID.arrow."""
+    """`hops` rows of one broker to RUN_DIR/traces/hops-brokerID-PID.arrow, written by a
+    `monitor.hop_writer` process."""
 
-    def __init__(self, trace_dir: Path, run_id: str, broker: str, flush_rows: int = 8192) -> None:
-        self.writer = TraceWriter(
-            trace_path(trace_dir, "hops", f"broker{broker}"),
-            HOPS,
-            constants={"run_id": run_id, "broker": broker},
-        )
+    def __init__(
+        self,
+        trace_dir: Path,
+        run_id: str,
+        broker: str,
+        flush_rows: int = 8192,
+        flush_bytes: int = 8 << 20,
+        queue_bytes: int = 256 << 20,
+    ) -> None:
+        self.path = trace_path(trace_dir, "hops", f"broker{broker}")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.flush_rows = flush_rows
-        #: how the `to_nodes` and `delivered_to` columns name each link id (the broker
-        #: fills it in as links come up); ids not in it are written as they are
-        self.peers: dict[str, str] = {}
-        self._events: list[Any] = []  # flat: WIDTH values per event
-        # per read: (from_node, t_arrival_ns, batch, events, cpu_ns, subscriptions)
-        self._reads: list[tuple[str, int, int, int, int, int]] = []
+        self.flush_bytes = flush_bytes
+        self.queue_bytes = queue_bytes
+        self.rows_shipped = 0  # handed to the writer process
+        self.rows_lost = 0  # dropped: the writer was too slow or gone
+        #: outcome code of each tuple of link ids an event was sent to (codes from 1)
+        self.outcomes: dict[tuple[str, ...], int] = {}
+        self._names: dict[str, tuple[str, str]] = {}  # links named since the last blob
+        self._new_outcomes: dict[int, tuple[str, ...]] = {}  # likewise coded
+        self._reads: list[tuple[Any, ...]] = []
+        self._frames: list[bytes] = []  # of each read
+        self._frame_bytes = 0
+        self._rows: list[bytes] = []  # an EVENT_ROW each
+        self._writer = subprocess.Popen(
+            [sys.executable, "-m", "monitor.hop_writer", str(self.path), run_id, broker],
+            stdin=subprocess.PIPE,
+        )
+        self._blobs: queue.Queue[tuple[int, int, list[bytes]] | None] = queue.Queue()
+        self._queued = 0  # bytes of the blobs in `_blobs`
+        self._queued_lock = threading.Lock()
+        self._shipper = threading.Thread(target=self._ship, name="hop-trace", daemon=True)
+        self._shipper.start()
+        self._closed = False
 
     @property
     def buffered(self) -> int:
-        """Rows waiting to be written."""
-        return len(self._events) // WIDTH + len(self.writer.rows)
+        """Rows not shipped yet."""
+        return len(self._rows)
+
+    def name_link(self, link_id: str, node: str, kind: str) -> None:
+        """How the `to_nodes` (kind "broker") or `delivered_to` (other kinds) column
+        names a link id; a link never named counts as a client, named by its id."""
+        self._names[link_id] = (node, kind)
+
+    def outcome(self, links: tuple[str, ...]) -> int:
+        """The code of a new tuple of link ids (known ones: `outcomes[links]`)."""
+        code = self.outcomes[links] = len(self.outcomes) + 1
+        self._new_outcomes[code] = links
+        return code
 
     def add_read(
-        self,
-        from_node: str,
-        t_arrival_ns: int,
-        batch: int,
-        cpu_ns: int,
-        subscriptions: int,
-        events: list[Any],
+        self, read: tuple[Any, ...], frames: bytes, rows: list[bytes], notes: list[Any]
     ) -> None:
-        """Buffer the rows of the events routed from one read: `events` holds the values
-        of `EVENT_FIELDS` of each event, one event after the other."""
-        self._events += events
-        count = len(events) // WIDTH
-        self._reads.append((from_node, t_arrival_ns, batch, count, cpu_ns, subscriptions))
-        if len(self._events) >= self.flush_rows * WIDTH:
+        """Buffer the rows of the events handled from one read: `read` holds the values
+        of `READ_FIELDS`, `frames` the read's frames (its messages', in order), `rows`
+        the `EVENT_ROW` of each event, one event after the other, and `notes` the
+        read's notes (see the module doc; a MARK at index `batch` for its end)."""
+        self._rows += rows
+        self._reads.append((read, len(frames), len(rows), notes))
+        self._frames.append(frames)
+        self._frame_bytes += len(frames)
+        if len(self._rows) >= self.flush_rows or self._frame_bytes >= self.flush_bytes:
             self.flush()
 
-    def dropped(self, row: tuple[Any, ...]) -> None:
-        """Buffer a whole row (the `HOPS` columns but run_id and broker) of a dropped event."""
-        self.writer.rows.append(row)
-
     def flush(self) -> None:
-        if self._events:
-            self.writer.write_batch(self._batch())
-            self._events, self._reads = [], []
-        self.writer.flush()
+        """Hand what is buffered to the writer process."""
+        if not self._rows and not self._names:
+            return
+        rows = self.buffered
+        meta = marshal.dumps((self._names, self._new_outcomes, self._reads))
+        packed = b"".join(self._rows)
+        blob = [BLOB_HEADER.pack(len(meta), len(packed)), meta, packed, *self._frames]
+        size = len(meta) + len(packed) + self._frame_bytes
+        self._names, self._new_outcomes, self._reads, self._rows = {}, {}, [], []
+        self._frames, self._frame_bytes = [], 0
+        with self._queued_lock:
+            room = self._queued + size <= self.queue_bytes
+            if room:
+                self._queued += size
+        if room:
+            self._blobs.put((rows, size, blob))
+        else:
+            self._lose(rows, "the trace writer is behind")
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 60.0) -> int | None:
+        """Ship the rest and wait for the writer to finish the file; its exit status
+        (None if it did not end in time)."""
+        if self._closed:
+            return self._writer.returncode
+        self._closed = True
         self.flush()
-        self.writer.close()
+        self._blobs.put(None)
+        self._shipper.join(timeout_s)
+        try:
+            return self._writer.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            log.error("trace_writer_stuck", path=str(self.path), pid=self._writer.pid)
+            return None
 
-    def _batch(self) -> pa.RecordBatch:
-        events, reads = self._events, self._reads
-        n = len(events) // WIDTH
-        columns = [events[k::WIDTH] for k in range(WIDTH)]
-        ints = {
-            name: np.fromiter(column, np.int64, n)
-            for name, column in zip(_INT_FIELDS, columns[_FIRST_INT:], strict=True)
-        }
-        read_node, read_arrival, read_batch, read_events, read_cpu, read_subs = (
-            list(c) for c in zip(*reads, strict=True)
-        )
-        counts = np.array(read_events, dtype=np.int64)
-        which_read = np.repeat(np.arange(len(reads)), counts)
-        arrival = np.repeat(np.array(read_arrival, dtype=np.int64), counts)
-        values: dict[str, Any] = {name: ints[name] for name in _EVENT_INT_COLUMNS}
-        values.update(
-            event_id=pa.array(columns[0], pa.string()),
-            event_type=_strings(columns[1]),
-            publisher=pa.array(columns[2], pa.string()),
-            from_node=pa.array(read_node, pa.string()).take(which_read),
-            to_nodes=_string_lists(columns[3], self.peers),
-            delivered_to=_string_lists(columns[4], self.peers),
-            decision=pa.repeat(pa.scalar("routed"), n),
-            drop_reason=pa.repeat(pa.scalar(""), n),
-            t_arrival_ns=arrival,
-            wait_ns=ints["t_start_ns"] - arrival,
-            cpu_ns=_apportion(
-                np.array(read_cpu, dtype=np.int64),
-                counts,
-                ints["t_routed_ns"] - ints["t_start_ns"],
-            ),
-            batch=np.repeat(np.array(read_batch, dtype=np.int32), counts),
-            subscriptions=np.repeat(np.array(read_subs, dtype=np.int32), counts),
-            run_id=pa.repeat(pa.scalar(self.writer.constants["run_id"]), n),
-            broker=pa.repeat(pa.scalar(self.writer.constants["broker"]), n),
-        )
-        arrays = [pa.array(values[f.name], type=f.type) for f in HOPS]
-        return pa.RecordBatch.from_arrays(arrays, schema=HOPS)
+    def _ship(self) -> None:
+        """The thread that writes blobs to the writer process (pipe writes release the
+        GIL, and a slow writer never blocks the broker's loop)."""
+        pipe = self._writer.stdin
+        assert pipe is not None
+        broken = False
+        while (item := self._blobs.get()) is not None:
+            rows, size, blob = item
+            with self._queued_lock:
+                self._queued -= size
+            if broken:
+                self._lose(rows, "the trace writer is gone")
+                continue
+            try:
+                _write_all(pipe.fileno(), blob)
+                self.rows_shipped += rows
+            except OSError:  # BrokenPipeError: the writer died
+                broken = True
+                self._lose(rows, "the trace writer is gone")
+        with contextlib.suppress(OSError):
+            pipe.close()
+
+    def _lose(self, rows: int, why: str) -> None:
+        first = not self.rows_lost
+        self.rows_lost += rows
+        if first:
+            with contextlib.suppress(ValueError, OSError):  # the log stream may be gone
+                log.error("trace_rows_lost", why=why, path=str(self.path))
 
 
-def _apportion(read_cpu: np.ndarray, counts: np.ndarray, routing_ns: np.ndarray) -> np.ndarray:
-    """Each read's CPU time shared among its events in proportion to their routing time
-    (equal shares when the read's routing times sum to zero)."""
-    routing = np.maximum(routing_ns, 0).astype(np.float64)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    totals = np.add.reduceat(routing, starts) if len(routing) else routing
-    per_event_total = np.repeat(totals, counts)
-    per_event_cpu = np.repeat(read_cpu.astype(np.float64), counts)
-    share = np.where(
-        per_event_total > 0,
-        routing / np.where(per_event_total > 0, per_event_total, 1.0),
-        1.0 / np.repeat(counts, counts),
-    )
-    return np.rint(per_event_cpu * share).astype(np.int64)
+_IOV_MAX = os.sysconf("SC_IOV_MAX")
 
 
-def _strings(values: Sequence[Any]) -> pa.Array:
-    """A string column; values that are not strings (an int `type`) are printed."""
-    try:
-        return pa.array(values, pa.string())
-    except (pa.ArrowTypeError, pa.ArrowInvalid):
-        return pa.array([v if type(v) is str else str(v) for v in values], pa.string())
-
-
-def _string_lists(values: Sequence[tuple[str, ...]], names: dict[str, str]) -> pa.Array:
-    """A list<string> column from tuples that repeat a lot (one per routing outcome),
-    each item renamed through `names`: each distinct tuple is converted once and then
-    taken by index."""
-    distinct = list(dict.fromkeys(values))
-    code = {v: i for i, v in enumerate(distinct)}
-    index = np.array(list(map(code.__getitem__, values)), dtype=np.int32)
-    renamed = [[names.get(item, item) for item in v] for v in distinct]
-    return pa.array(renamed, pa.list_(pa.string())).take(index)
+def _write_all(fd: int, parts: list[bytes]) -> None:
+    """Write `parts` one after the other to `fd` (blocking), in as few system calls as
+    the limit of buffers per `writev` allows."""
+    views = [memoryview(p) for p in parts if p]
+    first = 0
+    while first < len(views):
+        written = os.writev(fd, views[first : first + _IOV_MAX])
+        while written and written >= len(views[first]):
+            written -= len(views[first])
+            first += 1
+        if written:  # a part written in part
+            views[first] = views[first][written:]

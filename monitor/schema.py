@@ -36,14 +36,14 @@ HOPS = pa.schema(
         ("drop_reason", pa.string()),  # empty unless dropped
         ("t_arrival_ns", pa.int64()),  # the read that brought the bytes returned
         ("t_start_ns", pa.int64()),  # routing of this event began
-        ("t_done_ns", pa.int64()),  # the last send was handed to the transport queue
+        ("t_done_ns", pa.int64()),  # the broker turned to its next message (sends queued)
         ("wait_ns", pa.int64()),  # t_start_ns - t_arrival_ns: queueing inside the broker
         # CPU time of the read the event came in (decoding and routing its events),
-        # shared among them by routing time: see monitor.hop_trace
+        # shared among them by routing time: see monitor.hop_writer
         ("cpu_ns", pa.int64()),
         ("batch", pa.int32()),  # messages decoded from the same read
         ("batch_index", pa.int32()),  # this event's position in that read
-        ("queue_len", pa.int32()),  # frames already waiting in the outgoing queues
+        ("queue_len", pa.int32()),  # frames waiting in the outgoing queues when the read came
         ("bytes_in", pa.int32()),  # size of the event's frame
         ("bytes_out", pa.int64()),  # bytes of all frames sent for it
         ("filters_matched", pa.int32()),  # subscriptions the event matched here

@@ -1,98 +1,190 @@
-"""The broker's hop recorder: per-read values spread over their events, CPU shares."""
+"""The broker's hop recorder and its writer process: per-read values spread over their
+events, done times from what followed, CPU shares, outcome codes, losing the writer."""
 
 from __future__ import annotations
 
+import marshal
+import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
-from monitor.hop_trace import EVENT_FIELDS, HopRecorder
+from broker.protocol import Ping, Publish, encode_frame
+from monitor.hop_trace import (
+    BLOB_HEADER,
+    BLOCKED,
+    DROPPED,
+    EVENT_FIELDS,
+    EVENT_ROW,
+    MARK,
+    HopRecorder,
+    _write_all,
+)
+from monitor.hop_writer import Links, hop_batch
 from monitor.schema import HOPS
 from monitor.traces import read_table
 
 
-def event(
-    n: int, t_start: int, routing_ns: int, *, index: int, to: tuple[str, ...] = ()
-) -> list[Any]:
+def publish(n: int, path: tuple[str, ...] = (), event_type: Any = "quote") -> bytes:
+    return encode_frame(Publish(f"p:{n}", "p", {"type": event_type, "n": n}, list(path), 0))
+
+
+def event(t_start: int, outcome: int, bytes_out: int = 200) -> list[bytes]:
     values = {
-        "event_id": f"p:{n}",
-        "event_type": "quote",
-        "publisher": "p",
-        "to_nodes": to,
-        "delivered_to": ("client:s#1",) if not to else (),
         "t_start_ns": t_start,
-        "t_routed_ns": t_start + routing_ns,
-        "t_done_ns": t_start + routing_ns + 7,
-        "batch_index": index,
-        "queue_len": n,
-        "bytes_in": 100 + n,
-        "bytes_out": 200 + n,
+        "outcome": outcome,
         "filters_matched": 1,
-        "hops_before": 0,
+        "bytes_out": bytes_out,
     }
-    return [values[f] for f in EVENT_FIELDS]
+    return [EVENT_ROW.pack(*(values[f] for f in EVENT_FIELDS))]
 
 
-def test_reads_become_rows_with_shared_values_and_cpu_shares(tmp_path: Path) -> None:
-    recorder = HopRecorder(tmp_path / "traces", "run", "4")
-    recorder.peers.update({"broker:2": "2", "client:s#1": "s"})  # broker:3 left unnamed
-    first = event(1, 1_000, 300, index=0) + event(
-        2, 1_400, 100, index=1, to=("broker:2", "broker:3")
-    )
-    recorder.add_read("client:p", 900, 2, 8_000, 5, first)
-    recorder.add_read("2", 5_000, 3, 999, 6, event(3, 5_050, 0, index=2))
-    recorder.close()
+def end(batch: int, t: int) -> list[Any]:
+    """The note of a read's end."""
+    return [MARK, batch, t]
 
+
+def recorded(tmp_path: Path, recorder: HopRecorder) -> dict[str, dict[str, Any]]:
+    assert recorder.close() == 0
     table = read_table(tmp_path, "hops").table
     assert table.schema.equals(HOPS, check_metadata=False)
-    rows = {r["event_id"]: r for r in table.to_pylist()}
+    return {r["event_id"]: r for r in table.to_pylist()}
+
+
+def test_reads_become_rows(tmp_path: Path) -> None:
+    recorder = HopRecorder(tmp_path / "traces", "run", "4")
+    recorder.name_link("broker:2", "2", "broker")
+    recorder.name_link("client:s#1", "s", "client")
+    to_client = recorder.outcome(("client:s#1",))
+    to_both = recorder.outcome(("broker:2", "client:s#1", "client:t#9"))  # t#9 unnamed
+    # read 1: event, Ping (a control message that began at 1_450), event; ends at 2_000
+    frames = publish(1) + encode_frame(Ping(1)) + publish(2, path=("7", "8"))
+    recorder.add_read(
+        ("client:p", 900, 3, 8_000, 5, 3),
+        frames,
+        event(1_000, to_client) + event(1_500, to_both, bytes_out=203),
+        [MARK, 1, 1_450, BLOCKED, 2, 1_600, *end(3, 2_000)],  # event 2 waited for room
+    )
+    # read 2: one event, dropped; the read's CPU time all its own
+    recorder.add_read(
+        ("2", 5_000, 1, 999, 6, 0),
+        publish(3, event_type=7),
+        event(5_050, to_client),
+        [DROPPED, 0, "cycle", *end(1, 5_100)],
+    )
+    rows = recorded(tmp_path, recorder)
+
     one, two, three = rows["p:1"], rows["p:2"], rows["p:3"]
-    # the read's CPU time, shared 3:1 by routing time; a read with no routing time
-    # gives its events equal shares
-    assert (one["cpu_ns"], two["cpu_ns"], three["cpu_ns"]) == (6_000, 2_000, 999)
+    assert (one["t_start_ns"], one["t_done_ns"]) == (1_000, 1_450)  # done when the Ping began
+    assert (two["t_start_ns"], two["t_done_ns"]) == (1_500, 2_000)  # done at the read's end
+    assert (three["t_done_ns"], three["wait_ns"]) == (5_100, 50)
+    # CPU shares by routing time: 450 and 100 (routed at 1_600, then blocked)
+    assert (one["cpu_ns"] + two["cpu_ns"], three["cpu_ns"]) == (8_000, 999)
+    assert one["cpu_ns"] == pytest.approx(8_000 * 450 / 550, abs=1)
     assert (one["from_node"], three["from_node"]) == ("client:p", "2")
-    assert (one["t_arrival_ns"], one["wait_ns"]) == (900, 100)
-    assert (three["t_arrival_ns"], three["wait_ns"]) == (5_000, 50)
-    assert (one["batch"], three["batch"], two["batch_index"]) == (2, 3, 1)
-    assert (one["subscriptions"], three["subscriptions"]) == (5, 6)
-    assert two["to_nodes"] == ["2", "broker:3"] and two["delivered_to"] == []
-    assert one["to_nodes"] == [] and one["delivered_to"] == ["s"]
-    assert (two["t_done_ns"], two["bytes_in"], two["bytes_out"]) == (1_507, 102, 202)
+    assert (one["t_arrival_ns"], one["wait_ns"], one["batch"], two["batch_index"]) == (
+        900,
+        100,
+        3,
+        2,
+    )
+    assert (one["subscriptions"], three["subscriptions"], two["queue_len"]) == (5, 6, 3)
+    assert three["queue_len"] == 0
+    assert (one["to_nodes"], one["delivered_to"]) == ([], ["s"])
+    assert (two["to_nodes"], two["delivered_to"]) == (["2"], ["s", "client:t#9"])
+    assert (two["hops_before"], two["bytes_in"], two["bytes_out"]) == (
+        2,
+        len(publish(2, ("7", "8"))),
+        203,
+    )
+    assert three["event_type"] == "7"  # `type` need not be a string
+    assert (three["decision"], three["drop_reason"], one["decision"]) == (
+        "dropped",
+        "cycle",
+        "routed",
+    )
     assert {r["run_id"] for r in rows.values()} == {"run"}
     assert {r["broker"] for r in rows.values()} == {"4"}
-    assert {r["decision"] for r in rows.values()} == {"routed"}
 
 
-def test_dropped_rows_and_non_string_types(tmp_path: Path) -> None:
-    recorder = HopRecorder(tmp_path / "traces", "run", "1")
-    routed = event(1, 10, 5, index=0)
-    routed[EVENT_FIELDS.index("event_type")] = 7  # `type` need not be a string
-    recorder.add_read("client:p", 5, 1, 50, 0, routed)
-    names = [f.name for f in recorder.writer.row_fields]
-    dropped = dict.fromkeys(names, 0) | {
-        "event_id": "p:2",
-        "event_type": "quote",
-        "publisher": "p",
-        "from_node": "3",
-        "to_nodes": (),
-        "delivered_to": (),
-        "decision": "dropped",
-        "drop_reason": "cycle",
-    }
-    recorder.dropped(tuple(dropped[n] for n in names))
-    recorder.close()
-    rows = {r["event_id"]: r for r in read_table(tmp_path, "hops").table.to_pylist()}
-    assert rows["p:1"]["event_type"] == "7"
-    assert (rows["p:2"]["decision"], rows["p:2"]["drop_reason"]) == ("dropped", "cycle")
-
-
-def test_flushes_when_full(tmp_path: Path) -> None:
+def test_ships_when_full_and_at_close(tmp_path: Path) -> None:
     recorder = HopRecorder(tmp_path / "traces", "run", "1", flush_rows=4)
+    code = recorder.outcome(())
     for n in range(5):
-        recorder.add_read("client:p", n, 1, 10, 0, event(n, n, 1, index=0))
-    assert recorder.writer.rows_written == 4 and recorder.buffered == 1
-    recorder.close()
-    with pytest.raises(ValueError, match="closed"):
-        recorder.writer.write_batch(pa.RecordBatch.from_pylist([], schema=HOPS))
+        recorder.add_read(("client:p", n, 1, 10, 0, 0), publish(n), event(n, code), end(1, n + 1))
+    assert recorder.buffered == 1
+    rows = recorded(tmp_path, recorder)
+    assert sorted(rows) == [f"p:{n}" for n in range(5)]
+    assert recorder.rows_shipped == 5 and recorder.rows_lost == 0
+
+
+def test_a_dead_writer_loses_rows_but_nothing_fails(tmp_path: Path) -> None:
+    recorder = HopRecorder(tmp_path / "traces", "run", "1", flush_rows=1)
+    code = recorder.outcome(())
+    recorder._writer.kill()
+    recorder._writer.wait()
+    for n in range(3):
+        recorder.add_read(("client:p", n, 1, 10, 0, 0), publish(n), event(n, code), end(1, n + 1))
+    assert recorder.close() != 0
+    assert recorder.rows_lost == 3 and recorder.rows_shipped == 0
+
+
+def test_blobs_over_the_queue_budget_are_lost_and_counted(tmp_path: Path) -> None:
+    recorder = HopRecorder(tmp_path / "traces", "run", "1", queue_bytes=0)
+    code = recorder.outcome(())
+    recorder.add_read(("client:p", 1, 1, 10, 0, 0), publish(1), event(1, code), end(1, 2))
+    recorder.flush()
+    assert recorder.close() == 0
+    assert (recorder.rows_lost, recorder.rows_shipped) == (1, 0)
+    assert read_table(tmp_path, "hops").table.num_rows == 0
+
+
+def test_writer_keeps_whole_blobs_of_a_cut_input(tmp_path: Path) -> None:
+    """A broker killed while shipping: the writer writes what came whole, and ends."""
+    path = tmp_path / "traces" / "hops-broker1-1.arrow"
+    frames = publish(1)
+    meta = marshal.dumps(({}, {1: ()}, [(("client:p", 1, 1, 10, 0, 0), len(frames), 1, end(1, 9))]))
+    rows = event(5, 1)[0]
+    blob = BLOB_HEADER.pack(len(meta), len(rows)) + meta + rows + frames
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor.hop_writer", str(path), "run", "1"],
+        input=blob + blob[:-10],
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0
+    rows_read = read_table(tmp_path, "hops").table.to_pylist()
+    assert [r["event_id"] for r in rows_read] == ["p:1"]
+
+
+def test_a_frame_that_is_not_an_event_is_refused() -> None:
+    links = Links()
+    links.update({}, {1: ()})
+    reads = [(("client:p", 1, 1, 10, 0, 0), encode_frame(Ping(1)), 1, end(1, 9))]
+    with pytest.raises(ValueError, match="frame 0 of a read: not a Publish"):
+        hop_batch(links, reads, event(5, 1)[0], "run", "1")
+
+
+def test_write_all_sends_every_part_in_order() -> None:
+    """More parts than one writev takes, more bytes than the pipe holds."""
+    parts = [bytes([n % 251]) * (n % 700) for n in range(3000)]
+    read_end, write_end = os.pipe()
+    received = bytearray()
+    reader = threading.Thread(target=lambda: received.extend(_read_all(read_end)))
+    reader.start()
+    _write_all(write_end, parts)
+    os.close(write_end)
+    reader.join(30)
+    os.close(read_end)
+    assert bytes(received) == b"".join(parts)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,317 @@
+"""The writer process of a broker's `hops` trace (started by `monitor.hop_trace`).
+
+``python -m monitor.hop_writer PATH RUN_ID BROKER`` reads blobs from stdin until it
+ends (header `monitor.hop_trace.BLOB_HEADER`, then a marshal of the link names, reads
+and events the broker buffered) and writes each as one record batch of
+`monitor.schema.HOPS` to PATH, flushed at once. It ignores SIGINT and SIGTERM: the
+broker's end (clean or not) ends its input, and it then closes the file.
+
+Each row is built from three sources:
+
+* the event's own fields (`event_id`, `event_type`, `publisher`, `hops_before`,
+  `bytes_in`), by decoding its frame among the read's frames again;
+* the per-read values, repeated over the read's events; `wait_ns` is the event's start
+  minus the read's arrival;
+* `cpu_ns`: the read's CPU time (decoding and routing its events, tracing included;
+  control messages and time spent blocked excluded) shared among its events in
+  proportion to their routing wall time. Reading the CPU clock per event instead costs
+  two system calls (about 0.7 us here), a large share of an event's cost at saturation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import marshal
+import os
+import signal
+import struct
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from broker.messages import publish_summary
+from broker.protocol import ProtocolError
+from monitor.hop_trace import BLOB_HEADER, BLOCKED, DROPPED, EVENT_FIELDS, MARK, READ_FIELDS, WIDTH
+from monitor.recorder import TraceWriter
+from monitor.schema import HOPS
+
+_LENGTH = struct.Struct(">I")  # a frame's length prefix (broker.protocol)
+
+
+def _yield_cpu() -> None:
+    """Run only on CPU time nobody else wants (Linux' SCHED_IDLE; else the lowest
+    priority): writing the trace can wait (the broker buffers blobs for it), routing
+    cannot. On a host whose cores are all busy, a writer at normal priority took CPU
+    from the brokers and clients it traces (`bench/tracing_overhead.py`: about 10 % of
+    a saturated broker's throughput on 2 cores)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        os.nice(19)
+
+
+class Blob(NamedTuple):
+    """What the broker shipped in one blob (`monitor.hop_trace.BLOB_HEADER`)."""
+
+    names: dict[str, tuple[str, str]]
+    outcomes: dict[int, tuple[str, ...]]
+    reads: list[tuple[Any, ...]]  # (READ_FIELDS values, frames, events, notes)
+    rows: bytes
+
+
+def read_blobs(stream: BinaryIO) -> Iterator[Blob]:
+    """The blobs of `stream` until it ends; a blob cut short (the broker died while
+    writing it) ends it too."""
+    while len(header := stream.read(BLOB_HEADER.size)) == BLOB_HEADER.size:
+        meta_size, rows_size = BLOB_HEADER.unpack(header)
+        meta = stream.read(meta_size)
+        rows = stream.read(rows_size)
+        if len(meta) < meta_size or len(rows) < rows_size:
+            return
+        names, outcomes, reads = marshal.loads(meta)
+        frames = stream.read(sum(read[1] for read in reads))
+        if len(frames) < sum(read[1] for read in reads):
+            return
+        with_frames, start = [], 0
+        for read, size, count, notes in reads:
+            with_frames.append((read, frames[start : start + size], count, notes))
+            start += size
+        yield Blob(names, outcomes, with_frames, rows)
+
+
+def hop_batch(
+    links: Links, reads: Sequence[Sequence[Any]], rows: bytes, run_id: str, broker: str
+) -> pa.RecordBatch:
+    """The `hops` rows of what a broker shipped in one blob (see `monitor.hop_trace`)."""
+    table = np.frombuffer(rows, np.int64).reshape(-1, WIDTH)
+    n = len(table)
+    column = {name: table[:, k] for k, name in enumerate(EVENT_FIELDS)}
+    per_read = _PerRead(reads)
+    own = _OwnFields()
+    batch_index: list[int] = []
+    t_done: list[int] = []
+    t_routed: list[int] = []
+    reasons: list[str] = []
+    start = 0
+    for (_, frames, count, notes), end in zip(reads, per_read.ends, strict=True):
+        marks, blocked, dropped = _notes(notes)
+        index = _event_indexes(count, marks)
+        batch_index += index
+        own.add(frames, index)
+        done = _done_times(index, column["t_start_ns"][start:end].tolist(), marks)
+        t_done += done
+        t_routed += [blocked.get(i, t) for i, t in zip(index, done, strict=True)]
+        reasons += [dropped.get(i, "") for i in index]
+        start = end
+    t_start = column["t_start_ns"]
+    arrival = per_read.repeat("t_arrival_ns", np.int64)
+    values: dict[str, Any] = {
+        "run_id": pa.repeat(pa.scalar(run_id), n),
+        "broker": pa.repeat(pa.scalar(broker), n),
+        **own.columns(),
+        "from_node": per_read.strings("from_node"),
+        "to_nodes": links.column(column["outcome"].tolist(), brokers=True),
+        "delivered_to": links.column(column["outcome"].tolist(), brokers=False),
+        "decision": pa.array(["dropped" if r else "routed" for r in reasons], pa.string()),
+        "drop_reason": pa.array(reasons, pa.string()),
+        "t_arrival_ns": arrival,
+        "t_start_ns": t_start,
+        "t_done_ns": np.array(t_done, np.int64),
+        "wait_ns": t_start - arrival,
+        "cpu_ns": _apportion(
+            per_read.values("cpu_ns", np.int64),
+            per_read.counts,
+            np.array(t_routed, np.int64) - t_start,
+        ),
+        "batch": per_read.repeat("batch", np.int32),
+        "batch_index": np.array(batch_index, np.int32),
+        "queue_len": per_read.repeat("queue_len", np.int32),
+        "bytes_out": column["bytes_out"],
+        "filters_matched": column["filters_matched"],
+        "subscriptions": per_read.repeat("subscriptions", np.int32),
+    }
+    arrays = [pa.array(values[f.name], type=f.type) for f in HOPS]
+    return pa.RecordBatch.from_arrays(arrays, schema=HOPS)
+
+
+def _notes(notes: Sequence[Any]) -> tuple[list[tuple[int, int]], dict[int, int], dict[int, str]]:
+    """A read's notes: its marks as (batch_index, time) pairs, and by batch_index the
+    routed times of blocked events and the reasons of dropped ones."""
+    marks, blocked, dropped = [], {}, {}
+    for kind, index, value in zip(notes[0::3], notes[1::3], notes[2::3], strict=True):
+        if kind == MARK:
+            marks.append((index, value))
+        elif kind == BLOCKED:
+            blocked[index] = value
+        elif kind == DROPPED:
+            dropped[index] = value
+        else:
+            raise ValueError(f"unknown kind of trace note {kind!r}")
+    return marks, blocked, dropped
+
+
+def _frame_bounds(frames: bytes) -> list[tuple[int, int]]:
+    """Where each frame (length prefix included) of a read starts and stops."""
+    bounds = []
+    start, end = 0, len(frames)
+    while start < end:
+        stop = start + 4 + _LENGTH.unpack_from(frames, start)[0]
+        bounds.append((start, stop))
+        start = stop
+    if start != end:
+        raise ValueError(f"a read's frames end {start - end} bytes after its data")
+    return bounds
+
+
+def _event_indexes(count: int, marks: list[tuple[int, int]]) -> list[int]:
+    """The positions in their read of its `count` events: its first messages but for
+    the control messages (marked)."""
+    if len(marks) == 1:  # only the read's end
+        return list(range(count))
+    control = {index for index, _ in marks}
+    return [i for i in range(count + len(control)) if i not in control][:count]
+
+
+def _done_times(index: list[int], start: list[int], marks: list[tuple[int, int]]) -> list[int]:
+    """When each event of a read was done: the start of whatever the broker handled
+    next in the read (the next event, or a mark: a control message, the read's end)."""
+    if len(marks) == 1:  # only the read's end: the events came one after the other
+        return [*start[1:], marks[0][1]]
+    points = sorted([*zip(index, start, strict=True), *marks])
+    following = {i: points[k + 1][1] for k, (i, _) in enumerate(points[:-1])}
+    return [following[i] for i in index]
+
+
+class _PerRead:
+    """The values events share with the others of their read (`READ_FIELDS`)."""
+
+    def __init__(self, reads: Sequence[Sequence[Any]]) -> None:
+        self.shared = [read[0] for read in reads]
+        self.counts = np.fromiter((read[2] for read in reads), np.int64, len(reads))
+        self.ends = np.cumsum(self.counts).tolist()
+
+    def values(self, field: str, dtype: type) -> np.ndarray:
+        k = READ_FIELDS.index(field)
+        return np.fromiter((shared[k] for shared in self.shared), dtype, len(self.shared))
+
+    def repeat(self, field: str, dtype: type) -> np.ndarray:
+        """One value per event."""
+        return np.repeat(self.values(field, dtype), self.counts)
+
+    def strings(self, field: str) -> pa.Array:
+        k = READ_FIELDS.index(field)
+        distinct = pa.array([shared[k] for shared in self.shared], pa.string())
+        return distinct.take(np.repeat(np.arange(len(self.shared)), self.counts))
+
+
+class _OwnFields:
+    """What each event's own frame says, decoded again from its read's frames."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.types: list[Any] = []
+        self.publishers: list[str] = []
+        self.hops: list[int] = []
+        self.sizes: list[int] = []
+
+    def add(self, frames: bytes, indexes: Sequence[int]) -> None:
+        bounds = _frame_bounds(frames)
+        for index in indexes:
+            start, stop = bounds[index]
+            try:
+                event_id, publisher, event_type, hops = publish_summary(frames[start + 4 : stop])
+            except ProtocolError as exc:
+                raise ValueError(f"frame {index} of a read: {exc.message}") from None
+            self.ids.append(event_id)
+            self.types.append(event_type)
+            self.publishers.append(publisher)
+            self.hops.append(hops)
+            self.sizes.append(stop - start)
+
+    def columns(self) -> dict[str, Any]:
+        return {
+            "event_id": pa.array(self.ids, pa.string()),
+            "event_type": _strings(self.types),
+            "publisher": pa.array(self.publishers, pa.string()),
+            "hops_before": np.array(self.hops, np.int32),
+            "bytes_in": np.array(self.sizes, np.int32),
+        }
+
+
+def _apportion(read_cpu: np.ndarray, counts: np.ndarray, routing_ns: np.ndarray) -> np.ndarray:
+    """Each read's CPU time shared among its events in proportion to their routing time
+    (equal shares when the read's routing times sum to zero)."""
+    routing = np.maximum(routing_ns, 0).astype(np.float64)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    totals = np.add.reduceat(routing, starts) if len(routing) else routing
+    per_event_total = np.repeat(totals, counts)
+    per_event_cpu = np.repeat(read_cpu.astype(np.float64), counts)
+    share = np.where(
+        per_event_total > 0,
+        routing / np.where(per_event_total > 0, per_event_total, 1.0),
+        1.0 / np.repeat(counts, counts),
+    )
+    return np.rint(per_event_cpu * share).astype(np.int64)
+
+
+def _strings(values: Sequence[Any]) -> pa.Array:
+    """A string column; values that are not strings (an int `type`) are printed."""
+    try:
+        return pa.array(values, pa.string())
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        return pa.array([v if type(v) is str else str(v) for v in values], pa.string())
+
+
+class Links:
+    """What the broker said of its links: their names and kinds, and the tuples of link
+    ids its outcome codes stand for (accumulated over the blobs)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, tuple[str, str]] = {}
+        self.outcomes: dict[int, tuple[str, ...]] = {}
+
+    def update(self, names: dict[str, tuple[str, str]], outcomes: dict[int, Any]) -> None:
+        self.names.update(names)
+        self.outcomes.update(outcomes)
+
+    def column(self, codes: Sequence[int], brokers: bool) -> pa.Array:
+        """The `to_nodes` (`brokers`) or `delivered_to` list<string> column of events with
+        these outcome codes: each code's list is built once and then taken by index."""
+        distinct = sorted(set(codes))
+        lists = []
+        for code in distinct:
+            named = (self.names.get(link, (link, "client")) for link in self.outcomes[code])
+            lists.append([name for name, kind in named if (kind == "broker") == brokers])
+        position = {code: i for i, code in enumerate(distinct)}
+        index = np.fromiter(map(position.__getitem__, codes), np.int32, len(codes))
+        return pa.array(lists, pa.list_(pa.string())).take(index)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path", type=Path)
+    parser.add_argument("run_id")
+    parser.add_argument("broker")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _yield_cpu()
+    writer = TraceWriter(args.path, HOPS, constants={"run_id": args.run_id, "broker": args.broker})
+    links = Links()
+    try:
+        for blob in read_blobs(sys.stdin.buffer):
+            links.update(blob.names, blob.outcomes)
+            if blob.rows:
+                batch = hop_batch(links, blob.reads, blob.rows, args.run_id, args.broker)
+                writer.write_batch(batch)
+    finally:
+        writer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
