@@ -178,6 +178,7 @@ class Link:
     # routing (control messages, blocked sends).
     trace_rows: list[bytes] = field(default_factory=list)
     trace_notes: list[Any] = field(default_factory=list)
+    trace_outcome: int = 0  # the outcome code of events sent to this link alone
     untraced_cpu_ns: int = 0
     # Liveness (time.monotonic() seconds): the reader waits for data since `heard`
     # when `receiving`; a write is in progress since `send_started` (0: none).
@@ -432,6 +433,7 @@ class Broker:
         self.links[link_id] = link
         if self.tracer is not None:
             self.tracer.name_link(link_id, link.node if kind == "broker" else peer, kind)
+            link.trace_outcome = self.tracer.outcome_of((link_id,))
         self._log.info("link_up", link=link_id)
         problem: tuple[str, str] | None = None
         try:
@@ -658,8 +660,7 @@ class Broker:
                 "cycle_dropped", event_id=event.event_id, path=event.path, link=link.link_id
             )
             if tracer is not None:
-                outcome = tracer.outcomes.get(()) or tracer.outcome(())
-                link.trace_rows.append(pack_row(t_start, outcome, 0, 0))
+                link.trace_rows.append(pack_row(t_start, tracer.outcome_of(()), 0, 0))
                 link.trace_notes += (DROPPED, index, "cycle")
             return
         decision = self.router.route(link.link_id, event.attributes)
@@ -704,16 +705,16 @@ class Broker:
                 link.untraced_cpu_ns += time.thread_time_ns() - cpu_before
             if missed:  # trace where the event really went
                 sends = self._count_missed(missed, sends)
-                targets = tuple([out.link_id for out, _ in sends])
                 link.trace_notes += (DROPPED, index, ",".join(missed))
-            elif decision.forward:
-                targets = (*decision.forward, *decision.deliver)
+            if len(sends) == 1:  # the most common case
+                out, frame = sends[0]
+                outcome, bytes_out = out.trace_outcome, len(frame)
             else:
-                targets = tuple(decision.deliver)
-            outcome = tracer.outcomes.get(targets) or tracer.outcome(targets)
-            bytes_out = 0
-            for _, frame in sends:
-                bytes_out += len(frame)
+                targets = tuple([out.link_id for out, _ in sends])
+                outcome = tracer.outcomes.get(targets) or tracer.outcome(targets)
+                bytes_out = 0
+                for _, frame in sends:
+                    bytes_out += len(frame)
             link.trace_rows.append(  # monitor.hop_trace.EVENT_FIELDS
                 pack_row(t_start, outcome, decision.filters_matched, bytes_out)
             )

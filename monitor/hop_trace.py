@@ -146,6 +146,10 @@ class HopRecorder:
         self._new_outcomes[code] = links
         return code
 
+    def outcome_of(self, links: tuple[str, ...]) -> int:
+        """The code of a tuple of link ids, new or known."""
+        return self.outcomes.get(links) or self.outcome(links)
+
     def add_read(
         self, read: tuple[Any, ...], frames: bytes, rows: list[bytes], notes: list[Any]
     ) -> None:

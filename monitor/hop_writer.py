@@ -104,8 +104,10 @@ def hop_batch(
         own.add(frames, index)
         done = _done_times(index, column["t_start_ns"][start:end].tolist(), marks)
         t_done += done
-        t_routed += [blocked.get(i, t) for i, t in zip(index, done, strict=True)]
-        reasons += [dropped.get(i, "") for i in index]
+        t_routed += (
+            [blocked.get(i, t) for i, t in zip(index, done, strict=True)] if blocked else done
+        )
+        reasons += [dropped.get(i, "") for i in index] if dropped else [""] * count
         start = end
     t_start = column["t_start_ns"]
     arrival = per_read.repeat("t_arrival_ns", np.int64)
@@ -116,7 +118,9 @@ def hop_batch(
         "from_node": per_read.strings("from_node"),
         "to_nodes": links.column(column["outcome"].tolist(), brokers=True),
         "delivered_to": links.column(column["outcome"].tolist(), brokers=False),
-        "decision": pa.array(["dropped" if r else "routed" for r in reasons], pa.string()),
+        "decision": pa.array(["dropped" if r else "routed" for r in reasons], pa.string())
+        if any(reasons)
+        else pa.repeat(pa.scalar("routed"), n),
         "drop_reason": pa.array(reasons, pa.string()),
         "t_arrival_ns": arrival,
         "t_start_ns": t_start,
