@@ -45,9 +45,9 @@ _LENGTH = struct.Struct(">I")  # a frame's length prefix (broker.protocol)
 def _yield_cpu() -> None:
     """Run only on CPU time nobody else wants (Linux' SCHED_IDLE; else the lowest
     priority): writing the trace can wait (the broker buffers blobs for it), routing
-    cannot. On a host whose cores are all busy, a writer at normal priority took CPU
-    from the brokers and clients it traces (`bench/tracing_overhead.py`: about 10 % of
-    a saturated broker's throughput on 2 cores)."""
+    cannot. On a host whose cores are all busy, a writer at normal priority takes CPU
+    from the brokers and clients it traces (in `bench/tracing_overhead.py` on 2 cores it
+    visibly lowered the saturated broker's throughput)."""
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):

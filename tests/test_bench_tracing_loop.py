@@ -1,0 +1,39 @@
+"""bench.tracing_loop drives the broker's read handling without sockets: a short run
+routes every event, traced and not, and reports what it measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from bench import tracing_loop
+
+
+def test_short_run_measures_both_modes() -> None:
+    result = tracing_loop.run(events=3000, reps=2)
+    assert len(result["samples"]["off"]) == len(result["samples"]["on"]) == 2
+    off, on = result["off_cpu_us_per_event"], result["on_cpu_us_per_event"]
+    assert 0 < off < 1000 and 0 < on < 1000
+    assert result["tracing_us_per_event"] == pytest.approx(on - off, abs=0.002)
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_every_event_reaches_the_subscriber(
+    traced: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop = tracing_loop.LoopBroker(tmp_path / "traces" if traced else None)
+    queued: list[int] = []
+    drain = tracing_loop.drain
+
+    def counting_drain(link: tracing_loop.Link) -> None:
+        queued.append(link.queued)
+        drain(link)
+
+    monkeypatch.setattr(tracing_loop, "drain", counting_drain)
+    try:
+        trio.run(loop.cpu_per_event_us, tracing_loop.reads_of(1000))
+    finally:
+        loop.close()
+    assert sum(queued) == 1000
