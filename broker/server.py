@@ -578,19 +578,28 @@ class Broker:
                 link.untraced_cpu_ns += time.thread_time_ns() - cpu_before
             if problem is not None:
                 break
-        if self.tracer is not None and link.trace_rows:
-            link.trace_notes += (MARK, len(messages), time.time_ns())  # the read's end
-            cpu_ns = time.thread_time_ns() - cpu_read - link.untraced_cpu_ns if cpu_read else 0
-            self.tracer.add_read(
-                (link.node, t_read, len(messages), cpu_ns, self.router.subscription_count, queued),
-                frames,
-                link.trace_rows,
-                link.trace_notes,
-            )
-            link.trace_rows = []
-        link.trace_notes = []
-        link.untraced_cpu_ns = 0
+        if self.tracer is not None:
+            if link.trace_rows:
+                self._trace_read(link, frames, len(messages), t_read, cpu_read, queued)
+            link.trace_notes = []
+            link.untraced_cpu_ns = 0
         return problem
+
+    def _trace_read(
+        self, link: Link, frames: bytes, batch: int, t_read: int, cpu_read: int, queued: int
+    ) -> None:
+        """Hand the rows of the events of the read just handled to the recorder."""
+        assert self.tracer is not None
+        link.trace_notes += (MARK, batch, time.time_ns())  # the read's end
+        cpu_ns = time.thread_time_ns() - cpu_read - link.untraced_cpu_ns if cpu_read else 0
+        subscriptions = self.router.subscription_count
+        self.tracer.add_read(
+            (link.node, t_read, batch, cpu_ns, subscriptions, queued),
+            frames,
+            link.trace_rows,
+            link.trace_notes,
+        )
+        link.trace_rows = []
 
     async def _writer(self, link: Link) -> None:
         """Send the queue in batches; once `_finish` closed the queue, half-close."""
