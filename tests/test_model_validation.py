@@ -14,7 +14,10 @@ The measurement is made three times and the median taken per publisher: on this 
 the same 8-second run at 3x gives mean latencies 10-20 % apart from one run to the
 next (the whole distribution moves, not a few outliers), which is most of the error
 left, and now and then one run is disturbed far more (3.1 ms, then 9.8 ms, in one
-`make test`), which the median of three leaves out where a mean would not.
+`make test`), which the median of three leaves out where a mean would not. The
+calibration is made three times too, and each publisher's prediction is the median of
+the three: a disturbed calibration once predicted 2.7 ms where the two around it, on
+the same code, predicted 2.1-2.2 ms (33 % error, against 10 % and 11 %).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ DURATION_S = 8.0
 WARMUP_S = 1.0
 THROUGHPUT_TOLERANCE = 0.03
 MEASUREMENTS = 3  # runs at 3x; the median of each publisher's mean latency counts
+CALIBRATIONS = 3  # runs at 1x; the median of each publisher's prediction counts
 LATENCY_TARGET = 0.15  # issue 6; not reached reliably: 7-35 % seen on this machine
 LATENCY_GUARD = 0.30  # what this test asserts meanwhile, so the model cannot regress
 
@@ -120,22 +124,31 @@ def _pair_weights(run_dir: Path) -> dict[tuple[str, str], float]:
     return {k: float(v) for k, v in dels.groupby(["publisher", "subscriber"]).size().items()}
 
 
+def calibrated_prediction(calibration: Path, warm: bool) -> tuple[dict[str, float], ...]:
+    """`predicted` for 3x the load of a calibration run."""
+    predict(
+        calibration,
+        rate_scale=SCALE,
+        methods=("sim",),
+        measured_rates=True,
+        max_wall_s=10.0,
+        warm=warm,
+    )
+    return predicted(calibration)
+
+
 def test_three_times_the_load_is_predicted_from_a_low_load_run(tmp_path: Path) -> None:
-    calibration = hop_replay(tmp_path, "calibration", DURATION_S * SCALE, WARMUP_S * SCALE, 1.0)
-
-    def prediction(warm: bool) -> tuple[dict[str, float], dict[str, float]]:
-        predict(
-            calibration,
-            rate_scale=SCALE,
-            methods=("sim",),
-            measured_rates=True,
-            max_wall_s=10.0,
-            warm=warm,
+    as_measured, warm = [], []
+    for k in range(CALIBRATIONS):
+        calibration = hop_replay(
+            tmp_path, f"calibration{k}", DURATION_S * SCALE, WARMUP_S * SCALE, 1.0
         )
-        return predicted(calibration)
-
-    _, as_measured_latency = prediction(warm=False)  # for the report only
-    want_throughput, want_latency = prediction(warm=True)
+        as_measured.append(calibrated_prediction(calibration, warm=False)[1])  # reported
+        warm.append(calibrated_prediction(calibration, warm=True))
+    as_measured_latency = pd.DataFrame(as_measured).median().to_dict()
+    want_throughput = pd.DataFrame([t for t, _ in warm]).median().to_dict()
+    predicted_by_run = pd.DataFrame([lat for _, lat in warm])
+    want_latency = predicted_by_run.median().to_dict()
     runs = [
         measured(hop_replay(tmp_path, f"measurement{k}", DURATION_S, WARMUP_S, SCALE))
         for k in range(MEASUREMENTS)
@@ -162,6 +175,7 @@ def test_three_times_the_load_is_predicted_from_a_low_load_run(tmp_path: Path) -
     latencies["as_measured_error"] = latencies["as_measured"] / latencies["measured"] - 1
     report = (
         f"\nthroughput (events/s):\n{errors}\nmean latency (ms):\n{latencies}"
+        f"\npredicted latency per calibration run (ms):\n{predicted_by_run.T}"
         f"\nmeasured latency per measurement run (ms):\n{by_run.T}"
     )
     print(report)
