@@ -1,21 +1,24 @@
 """The writer process of a broker's `hops` trace (started by `monitor.hop_trace`).
 
 ``python -m monitor.hop_writer PATH RUN_ID BROKER`` reads blobs from stdin until it
-ends (header `monitor.hop_trace.BLOB_HEADER`, then a marshal of the link names, reads
-and events the broker buffered) and writes each as one record batch of
-`monitor.schema.HOPS` to PATH, flushed at once. It ignores SIGINT and SIGTERM: the
-broker's end (clean or not) ends its input, and it then closes the file.
+ends (their layout: `monitor.hop_trace.BLOB_HEADER`) and writes each as one record
+batch of `monitor.schema.HOPS` to PATH, flushed at once. It ignores SIGINT and SIGTERM:
+the broker's end (clean or not) ends its input, and it then closes the file.
 
-Each row is built from three sources:
+Each row is built from four sources:
 
+* the event's packed ints (`monitor.hop_trace.EVENT_FIELDS`), and its links' names
+  from its outcome code;
 * the event's own fields (`event_id`, `event_type`, `publisher`, `hops_before`,
   `bytes_in`), by decoding its frame among the read's frames again;
-* the per-read values, repeated over the read's events; `wait_ns` is the event's start
-  minus the read's arrival;
+* the per-read values, repeated over the read's events, and the read's notes: the
+  events' positions (`batch_index`), when each was done (`t_done_ns`: the start of what
+  the broker handled next), drops; `wait_ns` is the event's start minus the read's
+  arrival;
 * `cpu_ns`: the read's CPU time (decoding and routing its events, tracing included;
   control messages and time spent blocked excluded) shared among its events in
   proportion to their routing wall time. Reading the CPU clock per event instead costs
-  two system calls (about 0.7 us here), a large share of an event's cost at saturation.
+  two system calls (about 0.6 us here), a large share of an event's cost at saturation.
 """
 
 from __future__ import annotations
