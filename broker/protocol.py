@@ -113,7 +113,7 @@ __all__ = [
     "encode_frame",
     "encode_message",
     "error_frame",
-    "split_frames",
+    "frame_bounds",
 ]
 
 DEFAULT_MAX_FRAME = 1_048_576
@@ -204,11 +204,11 @@ def encode_frame(message: Message, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
     return _LENGTH.pack(len(payload)) + payload
 
 
-def split_frames(data: bytes) -> list[memoryview]:
-    """The whole frames (length prefix included) that `data` holds one after the other,
-    as `Connection.received_frames` does; a truncated last frame is an error."""
-    frames = []
-    view = memoryview(data)
+def frame_bounds(data: bytes | bytearray) -> list[tuple[int, int]]:
+    """Where each of the whole frames (length prefix included) that `data` holds one
+    after the other starts and stops, as in `Connection.received_frames`; a truncated
+    last frame is an error."""
+    bounds = []
     start, end = 0, len(data)
     while start < end:
         if end - start < 4:
@@ -218,9 +218,9 @@ def split_frames(data: bytes) -> list[memoryview]:
             raise ProtocolError(
                 ERR_FRAMING, f"last frame truncated ({end - start} of {stop - start} bytes)"
             )
-        frames.append(view[start:stop])
+        bounds.append((start, stop))
         start = stop
-    return frames
+    return bounds
 
 
 def error_frame(code: str, message: str) -> bytes:

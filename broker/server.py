@@ -89,7 +89,7 @@ from broker.protocol import (
     Welcome,
     encode_frame,
     error_frame,
-    split_frames,
+    frame_bounds,
 )
 from broker.security import ERR_AUTH, BrokerSecurity, secret_matches
 from monitor.hop_trace import BLOCKED, DROPPED, EVENT_ROW, MARK, HopRecorder
@@ -474,7 +474,8 @@ class Broker:
             if self._draining:
                 link.read_scope.cancel()
             if leftover:  # the handshake's frame is not among them
-                frames = b"".join(split_frames(link.conn.received_frames)[1:])
+                received = link.conn.received_frames
+                frames = received[frame_bounds(received)[0][1] :]
                 problem = await self._handle_read(link, leftover, frames, time.time_ns(), 0)
             if problem is None:
                 problem = await self._reader(link)
@@ -720,7 +721,7 @@ class Broker:
                 outcome, bytes_out = out.trace_outcome, len(frame)
             else:
                 targets = tuple([out.link_id for out, _ in sends])
-                outcome = tracer.outcomes.get(targets) or tracer.outcome(targets)
+                outcome = tracer.outcome_of(targets)
                 bytes_out = 0
                 for _, frame in sends:
                     bytes_out += len(frame)

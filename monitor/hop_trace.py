@@ -57,7 +57,7 @@ log = structlog.get_logger("hop.trace")
 
 EVENT_FIELDS = (
     "t_start_ns",
-    "outcome",  # code of the link ids it was sent to (`HopRecorder.outcome`)
+    "outcome",  # code of the link ids it was sent to (`HopRecorder.outcome_of`)
     "filters_matched",
     "bytes_out",
 )
@@ -140,15 +140,13 @@ class HopRecorder:
         names a link id; a link never named counts as a client, named by its id."""
         self._names[link_id] = (node, kind)
 
-    def outcome(self, links: tuple[str, ...]) -> int:
-        """The code of a new tuple of link ids (known ones: `outcomes[links]`)."""
-        code = self.outcomes[links] = len(self.outcomes) + 1
-        self._new_outcomes[code] = links
-        return code
-
     def outcome_of(self, links: tuple[str, ...]) -> int:
         """The code of a tuple of link ids, new or known."""
-        return self.outcomes.get(links) or self.outcome(links)
+        code = self.outcomes.get(links)
+        if code is None:
+            code = self.outcomes[links] = len(self.outcomes) + 1
+            self._new_outcomes[code] = links
+        return code
 
     def add_read(
         self, read: tuple[Any, ...], frames: bytes, rows: list[bytes], notes: list[Any]

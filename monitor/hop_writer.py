@@ -27,7 +27,6 @@ import argparse
 import marshal
 import os
 import signal
-import struct
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -37,12 +36,10 @@ import numpy as np
 import pyarrow as pa
 
 from broker.messages import publish_summary
-from broker.protocol import ProtocolError
+from broker.protocol import ProtocolError, frame_bounds
 from monitor.hop_trace import BLOB_HEADER, BLOCKED, DROPPED, EVENT_FIELDS, MARK, READ_FIELDS, WIDTH
 from monitor.recorder import TraceWriter
 from monitor.schema import HOPS
-
-_LENGTH = struct.Struct(">I")  # a frame's length prefix (broker.protocol)
 
 
 def _yield_cpu() -> None:
@@ -161,19 +158,6 @@ def _notes(notes: Sequence[Any]) -> tuple[list[tuple[int, int]], dict[int, int],
     return marks, blocked, dropped
 
 
-def _frame_bounds(frames: bytes) -> list[tuple[int, int]]:
-    """Where each frame (length prefix included) of a read starts and stops."""
-    bounds = []
-    start, end = 0, len(frames)
-    while start < end:
-        stop = start + 4 + _LENGTH.unpack_from(frames, start)[0]
-        bounds.append((start, stop))
-        start = stop
-    if start != end:
-        raise ValueError(f"a read's frames end {start - end} bytes after its data")
-    return bounds
-
-
 def _event_indexes(count: int, marks: list[tuple[int, int]]) -> list[int]:
     """The positions in their read of its `count` events: its first messages but for
     the control messages (marked)."""
@@ -226,7 +210,7 @@ class _OwnFields:
         self.sizes: list[int] = []
 
     def add(self, frames: bytes, indexes: Sequence[int]) -> None:
-        bounds = _frame_bounds(frames)
+        bounds = frame_bounds(frames)
         for index in indexes:
             start, stop = bounds[index]
             try:

@@ -59,8 +59,8 @@ def test_reads_become_rows(tmp_path: Path) -> None:
     recorder = HopRecorder(tmp_path / "traces", "run", "4")
     recorder.name_link("broker:2", "2", "broker")
     recorder.name_link("client:s#1", "s", "client")
-    to_client = recorder.outcome(("client:s#1",))
-    to_both = recorder.outcome(("broker:2", "client:s#1", "client:t#9"))  # t#9 unnamed
+    to_client = recorder.outcome_of(("client:s#1",))
+    to_both = recorder.outcome_of(("broker:2", "client:s#1", "client:t#9"))  # t#9 unnamed
     # read 1: event, Ping (a control message that began at 1_450), event; ends at 2_000
     frames = publish(1) + encode_frame(Ping(1)) + publish(2, path=("7", "8"))
     recorder.add_read(
@@ -113,7 +113,7 @@ def test_reads_become_rows(tmp_path: Path) -> None:
 
 def test_ships_when_full_and_at_close(tmp_path: Path) -> None:
     recorder = HopRecorder(tmp_path / "traces", "run", "1", flush_rows=4)
-    code = recorder.outcome(())
+    code = recorder.outcome_of(())
     for n in range(5):
         recorder.add_read(("client:p", n, 1, 10, 0, 0), publish(n), event(n, code), end(1, n + 1))
     assert recorder.buffered == 1
@@ -124,7 +124,7 @@ def test_ships_when_full_and_at_close(tmp_path: Path) -> None:
 
 def test_a_dead_writer_loses_rows_but_nothing_fails(tmp_path: Path) -> None:
     recorder = HopRecorder(tmp_path / "traces", "run", "1", flush_rows=1)
-    code = recorder.outcome(())
+    code = recorder.outcome_of(())
     recorder._writer.kill()
     recorder._writer.wait()
     for n in range(3):
@@ -135,7 +135,7 @@ def test_a_dead_writer_loses_rows_but_nothing_fails(tmp_path: Path) -> None:
 
 def test_blobs_over_the_queue_budget_are_lost_and_counted(tmp_path: Path) -> None:
     recorder = HopRecorder(tmp_path / "traces", "run", "1", queue_bytes=0)
-    code = recorder.outcome(())
+    code = recorder.outcome_of(())
     recorder.add_read(("client:p", 1, 1, 10, 0, 0), publish(1), event(1, code), end(1, 2))
     recorder.flush()
     assert recorder.close() == 0
