@@ -73,8 +73,9 @@ def read_blobs(stream: BinaryIO) -> Iterator[Blob]:
         if len(meta) < meta_size or len(rows) < rows_size:
             return
         names, outcomes, reads = marshal.loads(meta)
-        frames = stream.read(sum(read[1] for read in reads))
-        if len(frames) < sum(read[1] for read in reads):
+        frames_size = sum(read[1] for read in reads)
+        frames = stream.read(frames_size)
+        if len(frames) < frames_size:
             return
         with_frames, start = [], 0
         for read, size, count, notes in reads:
@@ -110,14 +111,15 @@ def hop_batch(
         reasons += [dropped.get(i, "") for i in index] if dropped else [""] * count
         start = end
     t_start = column["t_start_ns"]
+    outcomes = column["outcome"].tolist()
     arrival = per_read.repeat("t_arrival_ns", np.int64)
     values: dict[str, Any] = {
         "run_id": pa.repeat(pa.scalar(run_id), n),
         "broker": pa.repeat(pa.scalar(broker), n),
         **own.columns(),
         "from_node": per_read.strings("from_node"),
-        "to_nodes": links.column(column["outcome"].tolist(), brokers=True),
-        "delivered_to": links.column(column["outcome"].tolist(), brokers=False),
+        "to_nodes": links.column(outcomes, brokers=True),
+        "delivered_to": links.column(outcomes, brokers=False),
         "decision": pa.array(["dropped" if r else "routed" for r in reasons], pa.string())
         if any(reasons)
         else pa.repeat(pa.scalar("routed"), n),
