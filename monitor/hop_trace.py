@@ -42,6 +42,7 @@ import contextlib
 import marshal
 import os
 import queue
+import select
 import struct
 import subprocess
 import sys
@@ -84,6 +85,9 @@ READ_FIELDS = (
 )
 """The values an event shares with the others of its read, in this order."""
 
+WRITER_READY = b"ready\n"  # what the writer prints once it can take blobs
+WRITER_START_S = 60.0
+
 BLOB_HEADER = struct.Struct(">II")
 """Each blob on the writer's stdin: this header (the lengths of the two parts that
 follow it), a marshal of (the links named and the outcomes coded since the last blob,
@@ -122,7 +126,9 @@ class HopRecorder:
         self._writer = subprocess.Popen(
             [sys.executable, "-m", "monitor.hop_writer", str(self.path), run_id, broker],
             stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
         )
+        self._await_writer(WRITER_START_S)
         self._blobs: queue.Queue[tuple[int, int, list[bytes]] | None] = queue.Queue()
         self._queued = 0  # bytes of the blobs in `_blobs`
         self._queued_lock = threading.Lock()
@@ -196,6 +202,19 @@ class HopRecorder:
         except subprocess.TimeoutExpired:
             log.error("trace_writer_stuck", path=str(self.path), pid=self._writer.pid)
             return None
+
+    def _await_writer(self, timeout_s: float) -> None:
+        """Wait until the writer has started (imported pyarrow, opened the file), so that
+        its start-up does not compete with the traffic the broker is about to trace; a
+        writer that fails to start is reported, and its rows will be counted as lost."""
+        out = self._writer.stdout
+        assert out is not None
+        ready, _, _ = select.select([out], [], [], timeout_s)
+        line = out.readline() if ready else b""
+        out.close()
+        if line != WRITER_READY:
+            with contextlib.suppress(ValueError, OSError):
+                log.error("trace_writer_not_ready", path=str(self.path), pid=self._writer.pid)
 
     def _ship(self) -> None:
         """The thread that writes blobs to the writer process (pipe writes release the

@@ -37,7 +37,16 @@ import pyarrow as pa
 
 from broker.messages import publish_summary
 from broker.protocol import ProtocolError, frame_bounds
-from monitor.hop_trace import BLOB_HEADER, BLOCKED, DROPPED, EVENT_FIELDS, MARK, READ_FIELDS, WIDTH
+from monitor.hop_trace import (
+    BLOB_HEADER,
+    BLOCKED,
+    DROPPED,
+    EVENT_FIELDS,
+    MARK,
+    READ_FIELDS,
+    WIDTH,
+    WRITER_READY,
+)
 from monitor.recorder import TraceWriter
 from monitor.schema import HOPS
 
@@ -294,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _yield_cpu()
     writer = TraceWriter(args.path, HOPS, constants={"run_id": args.run_id, "broker": args.broker})
+    sys.stdout.buffer.write(WRITER_READY)
+    sys.stdout.buffer.flush()
     links = Links()
     try:
         for blob in read_blobs(sys.stdin.buffer):
