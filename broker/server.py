@@ -89,7 +89,7 @@ from broker.protocol import (
     Welcome,
     encode_frame,
     error_frame,
-    frame_bounds,
+    frame_starts,
 )
 from broker.security import ERR_AUTH, BrokerSecurity, secret_matches
 from monitor.hop_trace import BLOCKED, DROPPED, EVENT_ROW, MARK, HopRecorder
@@ -475,7 +475,7 @@ class Broker:
                 link.read_scope.cancel()
             if leftover:  # the handshake's frame is not among them
                 received = link.conn.received_frames
-                frames = received[frame_bounds(received)[0][1] :]
+                frames = received[frame_starts(received)[1] :]
                 problem = await self._handle_read(link, leftover, frames, time.time_ns(), 0)
             if problem is None:
                 problem = await self._reader(link)

@@ -39,6 +39,7 @@ dropped and counted (`rows_lost`, logged once): the broker keeps routing either 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import marshal
 import os
 import queue
@@ -85,6 +86,7 @@ READ_FIELDS = (
 )
 """The values an event shares with the others of its read, in this order."""
 
+PIPE_BYTES = 1 << 20  # the default limit of a pipe's size on Linux
 WRITER_READY = b"ready\n"  # what the writer prints once it can take blobs
 WRITER_START_S = 60.0
 
@@ -128,6 +130,7 @@ class HopRecorder:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
+        self._widen_pipe()
         self._await_writer(WRITER_START_S)
         self._blobs: queue.Queue[tuple[int, int, list[bytes]] | None] = queue.Queue()
         self._queued = 0  # bytes of the blobs in `_blobs`
@@ -202,6 +205,19 @@ class HopRecorder:
         except subprocess.TimeoutExpired:
             log.error("trace_writer_stuck", path=str(self.path), pid=self._writer.pid)
             return None
+
+    def _widen_pipe(self) -> None:
+        """Let the pipe to the writer hold a whole blob where Linux allows (its default
+        64 KiB took ~25 writes and as many wake-ups of the writer per blob, each write
+        needing the GIL back); `/proc/sys/fs/pipe-max-size` may set a lower limit."""
+        pipe = self._writer.stdin
+        assert pipe is not None
+        for size in (PIPE_BYTES, 256 << 10):
+            try:
+                fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, size)
+                return
+            except (AttributeError, OSError):  # not Linux, or above the limit
+                continue
 
     def _await_writer(self, timeout_s: float) -> None:
         """Wait until the writer has started (imported pyarrow, opened the file), so that

@@ -165,8 +165,8 @@ def test_a_frame_that_is_not_an_event_is_refused() -> None:
     links = Links()
     links.update({}, {1: ()})
     reads = [(("client:p", 1, 1, 10, 0, 0), encode_frame(Ping(1)), 1, end(1, 9))]
-    with pytest.raises(ValueError, match="frame 0 of a read: not a Publish"):
-        hop_batch(links, reads, event(5, 1)[0], "run", "1")
+    with pytest.raises(ValueError, match="event 0 of a blob: not a Publish"):
+        hop_batch(links, reads, event(5, 1)[0], encode_frame(Ping(1)), "run", "1")
 
 
 def test_write_all_sends_every_part_in_order() -> None:
