@@ -222,11 +222,11 @@ def main(argv: list[str] | None = None) -> int:
         sizes, reps = ([1_000, 10_000], 1) if args.quick else ([1_000, 10_000, 100_000], 5)
         run.attempt("matching", ["matching"], lambda: {"matching": matching.run(sizes, reps)})
     if "tracing_overhead" in selected:
-        events, reps = (10_000, 3) if args.quick else (30_000, 5)
+        shape = (10_000, 1, 3) if args.quick else (30_000, 4, 8)
         run.attempt(
             "tracing_overhead",
             ["tracing_overhead"],
-            lambda: {"tracing_overhead": tracing_overhead.run(events, reps)},
+            lambda: {"tracing_overhead": tracing_overhead.run(*shape)},
         )
     checked = targets(run.results)
     path = write_result(

@@ -1,5 +1,5 @@
-"""Cost of per-hop tracing: the capacity of one broker with tracing on and off,
-alternately in the same run; medians over repetitions.
+"""Cost of per-hop tracing: the capacity of one broker with tracing on and off, in
+the same run, as the median of many paired measurements.
 
 The broker must be the bottleneck, or the ratio would measure the load generator:
 the publisher sends pre-encoded `Publish` frames over a raw protocol connection
@@ -7,14 +7,17 @@ the publisher sends pre-encoded `Publish` frames over a raw protocol connection
 counts `Deliver` frames by their length prefixes without decoding them. Both run
 in this process, which needs a small fraction of the broker's CPU per event.
 
-Reports delivered events per second (first byte sent to last frame received) and
-the broker process's CPU time per event (from /proc/PID/stat). Each repetition runs
-off and on back to back (in alternating order), and the headline ratio on/off is the
-median of the repetitions' ratios, so that the machine's slow drifts cancel. With
-tracing on it also reports the CPU time per event of the broker's trace writer
-process (`monitor.hop_writer`, at the lowest CPU priority), from when the writer has
-started up to when it has caught up. Target (issue 4): tracing costs at most 5 % of
-the broker's throughput. Run: ``python -m bench.tracing_overhead [--quick]``.
+This machine's speed moves by 10-30 % within seconds (other tenants), more than the
+cost being measured. So the two brokers, one traced and one not, run side by side
+(the idle one sleeps) and take turns: a segment of events to one, then to the other,
+in alternating order, many times; a fresh pair of brokers every round. Each pair of
+adjacent segments gives a ratio on/off, and the headline is their median, with a
+bootstrap 95 % interval. Per segment it reports delivered events per second (first
+byte sent to last frame received) and the broker process's CPU time per event (from
+/proc/PID/stat); per round, the CPU time per event of the traced broker's writer
+process (`monitor.hop_writer`, at the lowest CPU priority). Target (issue 4):
+tracing costs at most 5 % of the broker's throughput.
+Run: ``python -m bench.tracing_overhead [--quick]``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import trio
 
 from bench.common import median, write_result
@@ -159,61 +163,97 @@ def writer_cpu_s(broker_pid: int) -> float:
     raise RuntimeError(f"trace writer {writer} still busy after 60 s")
 
 
-def run_once(tracing: bool, chunks: list[bytes], events: int, workdir: Path) -> dict[str, float]:
-    topology = chain(1, name="bench1", base_port=free_base_port(1))
-    path = workdir / "bench1.toml"
-    path.write_text(to_toml(topology))
-    extra = ["--log-level", "warning"]
-    if tracing:
-        extra += ["--trace-dir", str(workdir / f"traces-{time.monotonic_ns()}"), "--run-id", "b"]
-    procs = BrokerProcesses(path, topology, extra)
-    procs.start()
-    try:
-        procs.wait_listening()
-        pid = procs.procs[1].pid
-        writer_before = writer_cpu_s(pid) if tracing else 0.0  # also: the writer is up
+class Brokers:
+    """An untraced and a traced broker, each a process with its own port."""
+
+    def __init__(self, workdir: Path, tag: str) -> None:
+        self.procs: dict[bool, BrokerProcesses] = {}
+        self.addresses: dict[bool, tuple[str, int]] = {}
+        for tracing in (False, True):
+            name = f"bench-{tag}-{'on' if tracing else 'off'}"
+            topology = chain(1, name=name, base_port=free_base_port(1))
+            path = workdir / f"{name}.toml"
+            path.write_text(to_toml(topology))
+            extra = ["--log-level", "warning"]
+            if tracing:
+                extra += ["--trace-dir", str(workdir / f"traces-{name}"), "--run-id", name]
+            self.procs[tracing] = BrokerProcesses(path, topology, extra)
+            self.addresses[tracing] = topology.address(1)
+
+    def __enter__(self) -> Brokers:
+        try:
+            for procs in self.procs.values():
+                procs.start()
+                procs.wait_listening()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for procs in self.procs.values():
+            procs.stop()
+
+    def pid(self, tracing: bool) -> int:
+        return self.procs[tracing].procs[1].pid
+
+    def segment(self, tracing: bool, chunks: list[bytes], events: int) -> dict[str, float]:
+        """Send the events through one of the brokers: its events/s and CPU per event."""
+        pid = self.pid(tracing)
         cpu_before = process_cpu_s(pid)
-        elapsed = trio.run(drive, topology.address(1), chunks, events)
+        elapsed = trio.run(drive, self.addresses[tracing], chunks, events)
         cpu = process_cpu_s(pid) - cpu_before
-        sample = {"events_per_s": events / elapsed, "broker_cpu_us_per_event": cpu / events * 1e6}
-        if tracing:
-            writer_cpu = writer_cpu_s(pid) - writer_before
-            sample["writer_cpu_us_per_event"] = writer_cpu / events * 1e6
-    finally:
-        procs.stop()
-    return sample
+        return {"events_per_s": events / elapsed, "broker_cpu_us_per_event": cpu / events * 1e6}
 
 
-def run(events: int, reps: int) -> dict[str, Any]:
+def run(events: int, rounds: int, pairs: int) -> dict[str, Any]:
     chunks = encoded_events(events)
     samples: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+    writer_us: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for rep in range(reps):
-            for tracing in (False, True) if rep % 2 == 0 else (True, False):
-                samples[tracing].append(run_once(tracing, chunks, events, Path(tmp)))
-                print(f"rep {rep} tracing={tracing}: {samples[tracing][-1]}", file=sys.stderr)
+        for round_number in range(rounds):
+            with Brokers(Path(tmp), str(round_number)) as brokers:
+                for tracing in (False, True):  # warm-up, not counted
+                    brokers.segment(tracing, chunks, events)
+                writer_before = writer_cpu_s(brokers.pid(True))
+                for pair in range(pairs):
+                    first = (round_number * pairs + pair) % 2 == 1
+                    for tracing in (first, not first):
+                        samples[tracing].append(brokers.segment(tracing, chunks, events))
+                    print(
+                        f"round {round_number} pair {pair}: off {samples[False][-1]}, "
+                        f"on {samples[True][-1]}",
+                        file=sys.stderr,
+                    )
+                writer_cpu = writer_cpu_s(brokers.pid(True)) - writer_before
+                writer_us.append(writer_cpu / (pairs * events) * 1e6)
 
     def med(tracing: bool, key: str) -> float:
         return median([s[key] for s in samples[tracing]])
 
-    def paired(key: str) -> float:
-        """Median over repetitions of the ratio on/off of `key`."""
-        pairs = zip(samples[True], samples[False], strict=True)
-        return median([on[key] / off[key] for on, off in pairs])
+    def ratios(key: str) -> list[float]:
+        """Per pair: the ratio on/off of `key`."""
+        pairs_ = zip(samples[True], samples[False], strict=True)
+        return [on[key] / off[key] for on, off in pairs_]
 
-    off_rate, on_rate = med(False, "events_per_s"), med(True, "events_per_s")
-    off_cpu, on_cpu = med(False, "broker_cpu_us_per_event"), med(True, "broker_cpu_us_per_event")
-    rate_ratio, cpu_ratio = paired("events_per_s"), paired("broker_cpu_us_per_event")
+    rate_ratios = ratios("events_per_s")
+    rate_ratio, cpu_ratio = median(rate_ratios), median(ratios("broker_cpu_us_per_event"))
+    low, high = bootstrap_median_interval(rate_ratios)
     return {
-        "events_per_run": events,
-        "repetitions": reps,
-        "off": {"events_per_s": round(off_rate, 1), "broker_cpu_us_per_event": round(off_cpu, 2)},
+        "events_per_segment": events,
+        "rounds": rounds,
+        "pairs": len(rate_ratios),
+        "off": {
+            "events_per_s": round(med(False, "events_per_s"), 1),
+            "broker_cpu_us_per_event": round(med(False, "broker_cpu_us_per_event"), 2),
+        },
         "on": {
-            "events_per_s": round(on_rate, 1),
-            "broker_cpu_us_per_event": round(on_cpu, 2),
-            "writer_cpu_us_per_event": round(med(True, "writer_cpu_us_per_event"), 2),
+            "events_per_s": round(med(True, "events_per_s"), 1),
+            "broker_cpu_us_per_event": round(med(True, "broker_cpu_us_per_event"), 2),
+            "writer_cpu_us_per_event": round(median(writer_us), 2),
         },
         "throughput_ratio_on_off": round(rate_ratio, 3),
+        "throughput_ratio_ci95": [round(low, 3), round(high, 3)],
         "throughput_cost_percent": round((1 - rate_ratio) * 100, 1),
         "cpu_ratio_on_off": round(cpu_ratio, 3),
         "cpu_cost_percent": round((cpu_ratio - 1) * 100, 1),
@@ -222,18 +262,30 @@ def run(events: int, reps: int) -> dict[str, Any]:
     }
 
 
+def bootstrap_median_interval(values: list[float], resamples: int = 2000) -> tuple[float, float]:
+    """A 95 % interval for the median of `values` (percentile bootstrap, fixed seed)."""
+    rng = np.random.default_rng(0)
+    data = np.asarray(values)
+    medians = np.median(rng.choice(data, (resamples, len(data))), axis=1)
+    low, high = np.percentile(medians, [2.5, 97.5])
+    return float(low), float(high)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer events and repetitions")
-    parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--reps", type=int, default=11)
+    parser.add_argument("--quick", action="store_true", help="fewer events and pairs")
+    parser.add_argument("--events", type=int, default=50_000, help="events per segment")
+    parser.add_argument("--rounds", type=int, default=8, help="fresh pairs of brokers")
+    parser.add_argument("--pairs", type=int, default=12, help="pairs of segments per round")
     args = parser.parse_args(argv)
-    events, reps = (40_000, 3) if args.quick else (args.events, args.reps)
-    result = run(events, reps)
+    shape = (20_000, 2, 4) if args.quick else (args.events, args.rounds, args.pairs)
+    result = run(*shape)
     print(write_result("tracing_overhead", result))
+    low, high = result["throughput_ratio_ci95"]
     print(
-        f"tracing on/off (median of paired ratios): throughput x{result['throughput_ratio_on_off']}"
-        f", broker CPU per event x{result['cpu_ratio_on_off']}; the trace writer used "
+        f"tracing on/off (median of {result['pairs']} paired ratios): throughput "
+        f"x{result['throughput_ratio_on_off']} (95 % interval x{low}-x{high}), broker CPU "
+        f"per event x{result['cpu_ratio_on_off']}; the trace writer used "
         f"{result['on']['writer_cpu_us_per_event']} us of CPU per event"
     )
 

@@ -1,0 +1,26 @@
+"""bench.tracing_overhead: a short run with real broker processes measures both, and
+the interval it reports brackets the median."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench import tracing_overhead
+
+
+def test_short_run_pairs_a_traced_and_an_untraced_broker() -> None:
+    result = tracing_overhead.run(events=20_000, rounds=1, pairs=2)
+    assert result["pairs"] == 2
+    assert len(result["samples"]["off"]) == len(result["samples"]["on"]) == 2
+    assert result["on"]["writer_cpu_us_per_event"] > 0  # the traced broker's writer worked
+    low, high = result["throughput_ratio_ci95"]
+    assert low <= result["throughput_ratio_on_off"] <= high
+
+
+def test_bootstrap_interval_of_the_median() -> None:
+    values = list(np.random.default_rng(1).normal(1.0, 0.1, 400))
+    low, high = tracing_overhead.bootstrap_median_interval(values)
+    assert low < float(np.median(values)) < high
+    assert high - low == pytest.approx(0.025, abs=0.015)  # ~ 2 x 1.96 x 1.25 x 0.1 / 20
+    assert tracing_overhead.bootstrap_median_interval([2.0] * 5) == (2.0, 2.0)
