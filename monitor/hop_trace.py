@@ -18,7 +18,7 @@ the broker keeps only what it alone knows and ships it as it is:
   `t_done_ns` is the start of what follows it in the read: the next event, or a mark;
 * per read, the values of `READ_FIELDS` the read's events share, with the CPU time of
   the whole read (two `time.thread_time_ns()` calls), and the read's frames as
-  received (`Connection(keep_frames=True)`): the writer decodes them again for what the
+  received (`Connection(keep_frames=True)`): the writer reads them again for what the
   event itself says (id, type, publisher, path, size), so the broker never copies it.
 
 `flush` marshals the little that is not bytes (reads' values, notes, link names) and
