@@ -176,7 +176,7 @@ class Link:
     # Tracing (monitor.hop_trace) of the read being handled: its events' values, notes
     # on what was not plain routing, and the CPU time spent on anything else than
     # routing (control messages, blocked sends).
-    trace_rows: list[bytes] = field(default_factory=list)
+    trace_rows: bytearray = field(default_factory=bytearray)
     trace_notes: list[Any] = field(default_factory=list)
     trace_outcome: int = 0  # the outcome code of events sent to this link alone
     untraced_cpu_ns: int = 0
@@ -600,7 +600,7 @@ class Broker:
             link.trace_rows,
             link.trace_notes,
         )
-        link.trace_rows = []
+        link.trace_rows = bytearray()
 
     async def _writer(self, link: Link) -> None:
         """Send the queue in batches; once `_finish` closed the queue, half-close."""
@@ -670,7 +670,7 @@ class Broker:
                 "cycle_dropped", event_id=event.event_id, path=event.path, link=link.link_id
             )
             if tracer is not None:
-                link.trace_rows.append(pack_row(t_start, tracer.outcome_of(()), 0, 0))
+                link.trace_rows += pack_row(t_start, tracer.outcome_of(()), 0, 0)
                 link.trace_notes += (DROPPED, index, "cycle")
             return
         decision = self.router.route(link.link_id, event.attributes)
@@ -725,8 +725,8 @@ class Broker:
                 bytes_out = 0
                 for _, frame in sends:
                     bytes_out += len(frame)
-            link.trace_rows.append(  # monitor.hop_trace.EVENT_FIELDS
-                pack_row(t_start, outcome, decision.filters_matched, bytes_out)
+            link.trace_rows += pack_row(  # monitor.hop_trace.EVENT_FIELDS
+                t_start, outcome, decision.filters_matched, bytes_out
             )
         if self.on_event is not None:
             self.on_event(link.link_id, event, decision)

@@ -33,14 +33,14 @@ def publish(n: int, path: tuple[str, ...] = (), event_type: Any = "quote") -> by
     return encode_frame(Publish(f"p:{n}", "p", {"type": event_type, "n": n}, list(path), 0))
 
 
-def event(t_start: int, outcome: int, bytes_out: int = 200) -> list[bytes]:
+def event(t_start: int, outcome: int, bytes_out: int = 200) -> bytes:
     values = {
         "t_start_ns": t_start,
         "outcome": outcome,
         "filters_matched": 1,
         "bytes_out": bytes_out,
     }
-    return [EVENT_ROW.pack(*(values[f] for f in EVENT_FIELDS))]
+    return EVENT_ROW.pack(*(values[f] for f in EVENT_FIELDS))
 
 
 def end(batch: int, t: int) -> list[Any]:
@@ -148,7 +148,7 @@ def test_writer_keeps_whole_blobs_of_a_cut_input(tmp_path: Path) -> None:
     path = tmp_path / "traces" / "hops-broker1-1.arrow"
     frames = publish(1)
     meta = marshal.dumps(({}, {1: ()}, [(("client:p", 1, 1, 10, 0, 0), len(frames), 1, end(1, 9))]))
-    rows = event(5, 1)[0]
+    rows = event(5, 1)
     blob = BLOB_HEADER.pack(len(meta), len(rows)) + meta + rows + frames
     done = subprocess.run(
         [sys.executable, "-m", "monitor.hop_writer", str(path), "run", "1"],
@@ -166,7 +166,7 @@ def test_a_frame_that_is_not_an_event_is_refused() -> None:
     links.update({}, {1: ()})
     reads = [(("client:p", 1, 1, 10, 0, 0), encode_frame(Ping(1)), 1, end(1, 9))]
     with pytest.raises(ValueError, match="event 0 of a blob: not a Publish"):
-        hop_batch(links, reads, event(5, 1)[0], encode_frame(Ping(1)), "run", "1")
+        hop_batch(links, reads, event(5, 1), encode_frame(Ping(1)), "run", "1")
 
 
 def test_write_all_sends_every_part_in_order() -> None:
