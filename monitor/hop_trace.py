@@ -12,11 +12,11 @@ the broker keeps only what it alone knows and ships it as it is:
   more than all the rest; packing costs less than a list append and `array.extend`
   together). A bytes object kept per event instead took 80 bytes of scattered
   small-object memory, and memory kept is memory the broker's own working set loses
-  from the CPU caches: in valgrind's cachegrind (simulating this host's 2 MiB L2, on
-  `bench.tracing_loop`'s reads) tracing then added 1.7 % of instructions per event but
-  9 % of first-level and 51 % of L2 data misses; with the bytearray 1.9 %, 4 % and
-  22 %. The links an event went to are an `outcome` code, one per distinct tuple of
-  link ids;
+  from the CPU caches. Counted by `python -m bench.tracing_cache` (cachegrind with
+  this host's caches), tracing then added 1.7 % of instructions per event but 9 % of
+  first-level and 51 % of L2 data misses; with the bytearray 1.1 %, 5.6 % and 21 %.
+  The links an event went to are an `outcome` code, one per distinct tuple of link
+  ids;
 * notes on the rare rest, as flat (kind, batch_index, value) triples: when a control
   message began (`MARK`, also for the read's end), when an event that then waited for
   room in a full queue had been routed (`BLOCKED`), why an event missed targets

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# System packages the project needs beyond Python: Java 17+ for Spark (hop analyze)
-# and Chromium for the report's browser test. As root, missing ones are installed
-# from Debian's packages; otherwise we stop and say what to install.
+# System packages the project needs beyond Python: Java 17+ for Spark (hop analyze),
+# Chromium for the report's browser test, and valgrind for bench.tracing_cache. As
+# root, missing ones are installed from Debian's packages; otherwise we stop and say
+# what to install.
 set -euo pipefail
 
 java_major() {
@@ -12,10 +13,11 @@ java_major() {
 missing=()
 [ "$(java_major)" -ge 17 ] 2>/dev/null || missing+=(openjdk-17-jre-headless)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then
-  echo "Missing system packages: ${missing[*]} (Java 17+ runs Spark; Chromium renders the report in tests)." >&2
+  echo "Missing system packages: ${missing[*]} (Java 17+ runs Spark; Chromium renders the report in tests; valgrind counts tracing's cost in bench.tracing_cache)." >&2
   echo "Install them, e.g.: sudo apt-get install -y ${missing[*]}" >&2
   exit 1
 fi
