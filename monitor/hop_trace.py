@@ -13,8 +13,8 @@ the broker keeps only what it alone knows and ships it as it is:
   together). A bytes object kept per event instead took 80 bytes of scattered
   small-object memory, and memory kept is memory the broker's own working set loses
   from the CPU caches. Counted by `python -m bench.tracing_cache` (cachegrind with
-  this host's caches), tracing then added 1.7 % of instructions per event but 9 % of
-  first-level and 51 % of L2 data misses; with the bytearray 1.1 %, 5.6 % and 21 %.
+  this host's caches), tracing then added 1.7 % of instructions per event, 4.5 % of
+  first-level and 47 % of L2 data misses; with the bytearray 1.1 %, 5.6 % and 21 %.
   The links an event went to are an `outcome` code, one per distinct tuple of link
   ids;
 * notes on the rare rest, as flat (kind, batch_index, value) triples: when a control
