@@ -231,7 +231,6 @@ class _PerRead:
     def __init__(self, reads: Sequence[Sequence[Any]]) -> None:
         self.shared = [read[0] for read in reads]
         self.counts = np.fromiter((read[2] for read in reads), np.int64, len(reads))
-        self.ends = np.cumsum(self.counts).tolist()
 
     def values(self, field: str, dtype: type) -> np.ndarray:
         k = READ_FIELDS.index(field)

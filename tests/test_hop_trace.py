@@ -111,6 +111,36 @@ def test_reads_become_rows(tmp_path: Path) -> None:
     assert {r["broker"] for r in rows.values()} == {"4"}
 
 
+def test_reads_of_events_only_become_rows_in_bulk(tmp_path: Path) -> None:
+    """Reads with no note but their end (the common case, computed for a whole blob at
+    once) next to one with a control message (patched on its own)."""
+    recorder = HopRecorder(tmp_path / "traces", "run", "1")
+    code = recorder.outcome_of(("client:s#1",))
+    recorder.add_read(
+        ("client:p", 100, 2, 40, 1, 0),
+        publish(1) + publish(2),
+        event(110, code) + event(120, code),
+        end(2, 130),
+    )
+    recorder.add_read(
+        ("client:p", 200, 2, 20, 1, 0),
+        encode_frame(Ping(1)) + publish(3),
+        event(220, code),
+        [MARK, 0, 205, *end(2, 230)],
+    )
+    recorder.add_read(("client:q", 300, 1, 10, 1, 0), publish(4), event(310, code), end(1, 330))
+    rows = recorded(tmp_path, recorder)
+    assert [(r["t_start_ns"], r["t_done_ns"], r["batch_index"]) for r in rows.values()] == [
+        (110, 120, 0),
+        (120, 130, 1),  # done at its read's end, not when the next read began
+        (220, 230, 1),
+        (310, 330, 0),
+    ]
+    assert [r["event_id"] for r in rows.values()] == ["p:1", "p:2", "p:3", "p:4"]
+    assert {(r["decision"], r["drop_reason"]) for r in rows.values()} == {("routed", "")}
+    assert rows["p:4"]["from_node"] == "client:q"
+
+
 def test_ships_when_full_and_at_close(tmp_path: Path) -> None:
     recorder = HopRecorder(tmp_path / "traces", "run", "1", flush_rows=4)
     code = recorder.outcome_of(())
