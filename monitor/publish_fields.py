@@ -126,7 +126,10 @@ def publish_fields(data: bytes | bytearray, starts: np.ndarray) -> dict[str, Any
     pub_start, pub_length, pub_ok = buf.strings(id_start + id_length)
     at = pub_start + pub_length
     entries, header = buf.container(at, 0x80, 0xDE)
+    # (a count no frame has the bytes for would make the walk below take forever)
     if not (id_ok.all() and pub_ok.all() and (entries >= 0).all()):
+        return None
+    if np.any(2 * entries > stops - at):  # an entry takes 2 bytes at least
         return None
     at = at + header
     type_at = np.full(len(at), -1)
@@ -144,7 +147,7 @@ def publish_fields(data: bytes | bytearray, starts: np.ndarray) -> dict[str, Any
         type_at[busy[is_type]] = value[is_type]
         at[busy] = value + value_size
     hops, header = buf.container(at, 0x90, 0xDC)
-    if not (hops >= 0).all():
+    if not (hops >= 0).all() or np.any(hops > stops - at):
         return None
     at = at + header
     for hop in range(int(hops.max(initial=0))):

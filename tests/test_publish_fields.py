@@ -97,6 +97,17 @@ def test_only_the_frames_asked_for_are_read() -> None:
             ),
             "a frame longer than its message",
         ),
+        (
+            # without the count check, the walk would read past the end for ever
+            b"\x00\x00\x00\x0e\x96\x14\xa2e1\xa1p\xdf\xff\xff\xff\xff\x01\x01",
+            "a map claiming more entries than the frame has bytes",
+        ),
+        (
+            encode_frame(Publish("e1", "p", {}, ["1"], 5)).replace(
+                b"\x91\xa11", b"\xdd\xff\xff\xff\xff\xa11"
+            ),
+            "a path claiming more hops than the frame has bytes",
+        ),
     ],
 )
 def test_what_the_bulk_reading_does_not_take(frames: bytes, why: str) -> None:
