@@ -473,9 +473,11 @@ class Broker:
         with link.read_scope:
             if self._draining:
                 link.read_scope.cancel()
-            if leftover:  # the handshake's frame is not among them
-                received = link.conn.received_frames
-                frames = received[frame_starts(received)[1] :]
+            if leftover:  # messages that came in the handshake's read
+                frames = b""
+                if self.tracer is not None:  # theirs: the read's frames but the first
+                    received = link.conn.received_frames
+                    frames = received[frame_starts(received)[1] :]
                 problem = await self._handle_read(link, leftover, frames, time.time_ns(), 0)
             if problem is None:
                 problem = await self._reader(link)
