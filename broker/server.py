@@ -96,6 +96,7 @@ from monitor.hop_trace import BLOCKED, DROPPED, EVENT_ROW, MARK, HopRecorder
 from routing import Filter
 from routing.router import (
     Action,
+    Decision,
     Router,
     SendSubAck,
     SendSubscribe,
@@ -105,6 +106,7 @@ from topologies import Topology
 
 log = structlog.get_logger("hop.broker")
 pack_row = EVENT_ROW.pack
+_now = time.time_ns  # one lookup less per traced event
 
 READ_SIZE = 65536
 _CLOSED = ("", "")  # the link ended without a problem to report
@@ -663,7 +665,7 @@ class Broker:
         """Route one event: forward it, deliver it, and trace the decision."""
         tracer = self.tracer
         if tracer is not None:
-            t_start = time.time_ns()
+            t_start = _now()
         link.counters.events_in += 1
         if self.name in event.path:
             self.events_dropped += 1
@@ -672,7 +674,7 @@ class Broker:
                 "cycle_dropped", event_id=event.event_id, path=event.path, link=link.link_id
             )
             if tracer is not None:
-                link.trace_rows += pack_row(t_start, tracer.outcome_of(()), 0, 0)
+                link.trace_rows.extend(pack_row(t_start, tracer.outcome_of(()), 0, 0))
                 link.trace_notes += (DROPPED, index, "cycle")
             return
         decision = self.router.route(link.link_id, event.attributes)
@@ -709,29 +711,44 @@ class Broker:
                 await self._send_blocked(blocked, missed)
             if missed:
                 self._count_missed(missed, sends)
-        else:
-            if blocked:
-                link.trace_notes += (BLOCKED, index, time.time_ns())
-                cpu_before = time.thread_time_ns()
-                await self._send_blocked(blocked, missed)
-                link.untraced_cpu_ns += time.thread_time_ns() - cpu_before
-            if missed:  # trace where the event really went
-                sends = self._count_missed(missed, sends)
-                link.trace_notes += (DROPPED, index, ",".join(missed))
-            if len(sends) == 1:  # the most common case
-                out, frame = sends[0]
-                outcome, bytes_out = out.trace_outcome, len(frame)
-            else:
-                targets = tuple([out.link_id for out, _ in sends])
-                outcome = tracer.outcome_of(targets)
-                bytes_out = 0
-                for _, frame in sends:
-                    bytes_out += len(frame)
-            link.trace_rows += pack_row(  # monitor.hop_trace.EVENT_FIELDS
-                t_start, outcome, decision.filters_matched, bytes_out
+        elif blocked or missed or len(sends) != 1:
+            await self._trace_unusual(link, index, t_start, decision, sends, blocked, missed)
+        else:  # the common case, traced in as few steps as it takes: one target, at once
+            out, frame = sends[0]
+            link.trace_rows.extend(  # monitor.hop_trace.EVENT_FIELDS (no `+=`: no attribute store)
+                pack_row(t_start, out.trace_outcome, decision.filters_matched, len(frame))
             )
         if self.on_event is not None:
             self.on_event(link.link_id, event, decision)
+
+    async def _trace_unusual(
+        self,
+        link: Link,
+        index: int,
+        t_start: int,
+        decision: Decision,
+        sends: list[tuple[Link, bytes]],
+        blocked: list[tuple[Link, bytes]],
+        missed: list[str],
+    ) -> None:
+        """Finish routing a traced event that went to several or no targets, waited for
+        queue room or missed a target, and record its row and notes (`_route` keeps the
+        one-target case to itself: each step per event shows in a traced broker's
+        throughput)."""
+        assert self.tracer is not None
+        if blocked:
+            link.trace_notes += (BLOCKED, index, time.time_ns())
+            cpu_before = time.thread_time_ns()
+            await self._send_blocked(blocked, missed)
+            link.untraced_cpu_ns += time.thread_time_ns() - cpu_before
+        if missed:  # trace where the event really went
+            sends = self._count_missed(missed, sends)
+            link.trace_notes += (DROPPED, index, ",".join(missed))
+        outcome = self.tracer.outcome_of(tuple([out.link_id for out, _ in sends]))
+        bytes_out = 0
+        for _, frame in sends:
+            bytes_out += len(frame)
+        link.trace_rows.extend(pack_row(t_start, outcome, decision.filters_matched, bytes_out))
 
     @staticmethod
     async def _send_blocked(blocked: list[tuple[Link, bytes]], missed: list[str]) -> None:
