@@ -8,6 +8,18 @@ import sys
 import structlog
 
 
+class _CurrentStderr:
+    """Writes to `sys.stderr` as it is at each write, not as it was at `configure`: a
+    program (or test) that replaced sys.stderr for a while and closed its stand-in
+    would otherwise leave every logger of the process writing to a closed file."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(level: str = "info") -> None:
     """Configure structlog once per process."""
     renderer: structlog.types.Processor
@@ -25,6 +37,6 @@ def configure(level: str = "info") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),
         cache_logger_on_first_use=True,
     )
