@@ -30,7 +30,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from monitor.predict import predict
+from monitor.characterize import Characterization, characterize
+from monitor.predict import predict, target_workload, warmed
 from monitor.traces import read_table
 from tests.network import REPO, free_base_port, run_hop
 from topologies import load_case_study
@@ -124,6 +125,25 @@ def _pair_weights(run_dir: Path) -> dict[tuple[str, str], float]:
     return {k: float(v) for k, v in dels.groupby(["publisher", "subscriber"]).size().items()}
 
 
+def stage_means_us(char: Characterization) -> dict[str, float]:
+    """The mean of each stage of an event's path (us): the link, publish and delivery
+    delays, and each broker's service time."""
+    means = {
+        "link": char.link_delay_ns.mean(),
+        "publish": char.publish_delay_ns.mean(),
+        "deliver": char.deliver_delay_ns.mean(),
+        **{f"service {b}": samples.mean() for b, samples in char.service_ns.items()},
+    }
+    return {stage: float(mean) / 1e3 for stage, mean in means.items()}
+
+
+def stages_drawn_for_the_load(calibration: Path) -> dict[str, float]:
+    """`stage_means_us` of a calibration's samples as the model uses them at 3x the
+    load (`monitor.predict.warmed`)."""
+    char = characterize(calibration)
+    return stage_means_us(warmed(char, target_workload(char, None, None, SCALE, True)))
+
+
 def calibrated_prediction(calibration: Path, warm: bool) -> tuple[dict[str, float], ...]:
     """`predicted` for 3x the load of a calibration run."""
     predict(
@@ -138,21 +158,25 @@ def calibrated_prediction(calibration: Path, warm: bool) -> tuple[dict[str, floa
 
 
 def test_three_times_the_load_is_predicted_from_a_low_load_run(tmp_path: Path) -> None:
-    as_measured, warm = [], []
+    as_measured, warm, stages = [], [], []
     for k in range(CALIBRATIONS):
         calibration = hop_replay(
             tmp_path, f"calibration{k}", DURATION_S * SCALE, WARMUP_S * SCALE, 1.0
         )
         as_measured.append(calibrated_prediction(calibration, warm=False)[1])  # reported
         warm.append(calibrated_prediction(calibration, warm=True))
+        stages.append(
+            (stage_means_us(characterize(calibration)), stages_drawn_for_the_load(calibration))
+        )
     as_measured_latency = pd.DataFrame(as_measured).median().to_dict()
     want_throughput = pd.DataFrame([t for t, _ in warm]).median().to_dict()
     predicted_by_run = pd.DataFrame([lat for _, lat in warm])
     want_latency = predicted_by_run.median().to_dict()
-    runs = [
-        measured(hop_replay(tmp_path, f"measurement{k}", DURATION_S, WARMUP_S, SCALE))
+    measurements = [
+        hop_replay(tmp_path, f"measurement{k}", DURATION_S, WARMUP_S, SCALE)
         for k in range(MEASUREMENTS)
     ]
+    runs = [measured(run) for run in measurements]
     throughput = pd.DataFrame([t for t, _ in runs]).median().to_dict()
     by_run = pd.DataFrame([lat for _, lat in runs])
     latency = by_run.median().to_dict()
@@ -173,8 +197,20 @@ def test_three_times_the_load_is_predicted_from_a_low_load_run(tmp_path: Path) -
     )
     latencies["error"] = latencies["predicted"] / latencies["measured"] - 1
     latencies["as_measured_error"] = latencies["as_measured"] / latencies["measured"] - 1
+    # Where the latency error lives: each stage's mean (median over the runs) at the
+    # calibration's load, as the model draws it for 3x, and as measured at 3x.
+    stage_table = pd.DataFrame(
+        {
+            "calibration": pd.DataFrame([c for c, _ in stages]).median(),
+            "drawn_for_3x": pd.DataFrame([d for _, d in stages]).median(),
+            "measured_3x": pd.DataFrame(
+                [stage_means_us(characterize(r)) for r in measurements]
+            ).median(),
+        }
+    )
     report = (
         f"\nthroughput (events/s):\n{errors}\nmean latency (ms):\n{latencies}"
+        f"\nmean of each stage (us):\n{stage_table}"
         f"\npredicted latency per calibration run (ms):\n{predicted_by_run.T}"
         f"\nmeasured latency per measurement run (ms):\n{by_run.T}"
     )
