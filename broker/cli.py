@@ -307,6 +307,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         methods,
         measured_rates=args.measured_rates,
         warm=not args.as_measured,
+        second_run=Path(args.second_run) if args.second_run else None,
     )
     print(json.dumps(summary, indent=2, default=str))
     return EXIT_OK
@@ -515,6 +516,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--as-measured",
         action="store_true",
         help="use service times and delays as measured, not reweighted for the target rates",
+    )
+    p.add_argument(
+        "--second-run",
+        metavar="RUN_DIR2",
+        help="a run of the same workload at other rates: each stage's cost is carried to "
+        "the target rate by how it changed between the two runs (monitor.elasticity)",
     )
     p.set_defaults(func=cmd_predict)
 

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from monitor.characterize import Characterization, characterize
+from monitor.elasticity import at_rate
 from monitor.model.network import EventClass, Host, Network, Station, Tree
 from monitor.model.operational import analyze as operational
 from monitor.model.simulation import simulate
@@ -202,20 +203,30 @@ def predict(
     max_wall_s: float = 20.0,
     measured_rates: bool = False,
     warm: bool = True,
+    second_run: Path | None = None,
 ) -> dict[str, Any]:
     """Write RUN_DIR/analysis/predictions.parquet; return a summary.
 
-    With `warm` (the default) the run's samples are first drawn again for the target's
-    rates (`warmed`); without it they are taken as measured, as the thesis does.
+    With `second_run` (a run of the same workload at other rates) each stage's samples
+    are carried to the target's rate by how the stage changed between the two runs
+    (`monitor.elasticity`). Otherwise, with `warm` (the default), the run's samples are
+    drawn again for the target's rates (`warmed`); without it they are taken as
+    measured, as the thesis does.
     """
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise ValueError(f"unknown methods {sorted(unknown)}; use {METHODS}")
     char = characterize(run_dir)
     target = target_workload(char, study_file, scenario, rate_scale, measured_rates)
-    network = build_network(warmed(char, target, seed) if warm else char, target)
+    if second_run is not None:
+        prepared = at_rate(char, characterize(second_run), sum(target.rates.values()))
+    else:
+        prepared = warmed(char, target, seed) if warm else char
+    network = build_network(prepared, target)
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"target_rates": target.rates, "methods": {}}
+    if second_run is not None:
+        summary["second_run"] = str(second_run)
     for method in methods:
         if method == "sim":
             result = simulate(network, seed=seed, max_wall_s=max_wall_s)

@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from monitor.characterize import Characterization, characterize
+from monitor.elasticity import at_rate
 from monitor.predict import predict, target_workload, warmed
 from monitor.traces import read_table
 from tests.network import REPO, free_base_port, run_hop
@@ -50,16 +51,16 @@ SCALE = 3.0
 DURATION_S = 8.0
 WARMUP_S = 1.0
 THROUGHPUT_TOLERANCE = 0.03
-REPETITIONS = 3  # runs at 1x and at 3x, alternating; per publisher the medians count
-LATENCY_TARGET = 0.15  # issue 6; not reached reliably: 7-35 % seen on this machine
-# What this test asserts meanwhile, so that the model cannot regress grossly. It was
-# 30 %; on 2026-11-24 the same code gave 10.0 and 15.9 % in one hour and 30.0 and
-# 35.3 % in the next, when the 3x runs of this VM became 25 % faster while its 1x runs
-# did not change (the per-stage table: the service times at 3x fell, the calibration's
-# stayed), a bias of the host that one low-rate run cannot show. Without the warmth
-# correction (`as_measured`) the same runs were off by 47 and 53 %. A prediction half
-# again or half as large as the measurement still fails.
-LATENCY_GUARD = 0.50
+REPETITIONS = 3  # rounds of the three runs (1x, 1.5x, 3x); per publisher the medians count
+SECOND = 1.5  # the second characterization run's rates, times the first's
+LATENCY_TARGET = 0.15  # issue 6, asserted for the prediction from the two runs
+# The prediction from the 1x run alone (its samples drawn again by idle gaps,
+# `monitor.warmth`) is guarded against gross regression only: on 2026-11-24 the same
+# code gave 10.0 and 15.9 % in one hour and 30.0 and 35.3 % in the next, when the 3x
+# runs of this VM became 25 % faster while its 1x runs did not change, a bias of the
+# host that one low-rate run cannot show (the second run can). Without the warmth
+# correction (`as_measured`) the same runs were off by 47 and 53 %.
+ONE_RUN_GUARD = 0.50
 
 
 def tree7_on_free_ports(tmp_path: Path, name: str) -> Path:
@@ -150,15 +151,24 @@ def stage_means_us(char: Characterization) -> dict[str, float]:
     return {stage: float(mean) / 1e3 for stage, mean in means.items()}
 
 
-def stages_drawn_for_the_load(calibration: Path) -> dict[str, float]:
-    """`stage_means_us` of a calibration's samples as the model uses them at 3x the
-    load (`monitor.predict.warmed`)."""
-    char = characterize(calibration)
-    return stage_means_us(warmed(char, target_workload(char, None, None, SCALE, True)))
+def stage_columns(calibration: Path, second: Path) -> dict[str, dict[str, float]]:
+    """`stage_means_us` of the two characterization runs, and of their samples as the
+    model uses them at 3x the load: carried by the two runs' elasticities
+    (`monitor.elasticity`) or drawn again by idle gaps from the first (`warmed`)."""
+    low, high = characterize(calibration), characterize(second)
+    target = target_workload(low, None, None, SCALE, True)
+    return {
+        "at_1x": stage_means_us(low),
+        f"at_{SECOND}x": stage_means_us(high),
+        "carried_to_3x": stage_means_us(at_rate(low, high, sum(target.rates.values()))),
+        "drawn_for_3x": stage_means_us(warmed(low, target)),
+    }
 
 
-def calibrated_prediction(calibration: Path, warm: bool) -> tuple[dict[str, float], ...]:
-    """`predicted` for 3x the load of a calibration run."""
+def calibrated_prediction(
+    calibration: Path, warm: bool = True, second: Path | None = None
+) -> tuple[dict[str, float], ...]:
+    """`predicted` for 3x the load of a calibration run (and a second one)."""
     predict(
         calibration,
         rate_scale=SCALE,
@@ -166,32 +176,35 @@ def calibrated_prediction(calibration: Path, warm: bool) -> tuple[dict[str, floa
         measured_rates=True,
         max_wall_s=10.0,
         warm=warm,
+        second_run=second,
     )
     return predicted(calibration)
 
 
-def test_three_times_the_load_is_predicted_from_a_low_load_run(tmp_path: Path) -> None:
-    as_measured, warm, stages = [], [], []
-    # Calibrations and measurements alternate, so that a drift of the host between the
-    # first run and the last (measured latencies falling 15 % over three measurements
-    # in one `make test`) weighs on both sides alike.
-    calibrations, measurements = [], []
+def test_three_times_the_load_is_predicted_from_low_load_runs(tmp_path: Path) -> None:
+    # The three runs of a round follow each other, so that a drift of the host during
+    # the test (measured latencies falling 15 % over three measurements in one `make
+    # test` that ran them after all the calibrations) weighs on all sides alike.
+    rounds = []
     for k in range(REPETITIONS):
-        calibrations.append(
-            hop_replay(tmp_path, f"calibration{k}", DURATION_S * SCALE, WARMUP_S * SCALE, 1.0)
+        calibration = hop_replay(
+            tmp_path, f"calibration{k}", DURATION_S * SCALE, WARMUP_S * SCALE, 1.0
         )
-        measurements.append(hop_replay(tmp_path, f"measurement{k}", DURATION_S, WARMUP_S, SCALE))
-    for calibration in calibrations:
-        as_measured.append(calibrated_prediction(calibration, warm=False)[1])  # reported
-        warm.append(calibrated_prediction(calibration, warm=True))
-        stages.append(
-            (stage_means_us(characterize(calibration)), stages_drawn_for_the_load(calibration))
+        second = hop_replay(
+            tmp_path, f"second{k}", DURATION_S * SCALE / SECOND, WARMUP_S * SCALE / SECOND, SECOND
         )
-    as_measured_latency = pd.DataFrame(as_measured).median().to_dict()
-    want_throughput = pd.DataFrame([t for t, _ in warm]).median().to_dict()
-    predicted_by_run = pd.DataFrame([lat for _, lat in warm])
+        measurement = hop_replay(tmp_path, f"measurement{k}", DURATION_S, WARMUP_S, SCALE)
+        rounds.append((calibration, second, measurement))
+    two_run, one_run, as_measured, stages = [], [], [], []
+    for calibration, second, _ in rounds:
+        two_run.append(calibrated_prediction(calibration, second=second))
+        one_run.append(calibrated_prediction(calibration)[1])
+        as_measured.append(calibrated_prediction(calibration, warm=False)[1])
+        stages.append(stage_columns(calibration, second))
+    want_throughput = pd.DataFrame([t for t, _ in two_run]).median().to_dict()
+    predicted_by_run = pd.DataFrame([lat for _, lat in two_run])
     want_latency = predicted_by_run.median().to_dict()
-    runs = [measured(run) for run in measurements]
+    runs = [measured(measurement) for _, _, measurement in rounds]
     throughput = pd.DataFrame([t for t, _ in runs]).median().to_dict()
     by_run = pd.DataFrame([lat for _, lat in runs])
     latency = by_run.median().to_dict()
@@ -207,19 +220,19 @@ def test_three_times_the_load_is_predicted_from_a_low_load_run(tmp_path: Path) -
         {
             "predicted": pd.Series(want_latency),
             "measured": pd.Series(latency),
-            "as_measured": pd.Series(as_measured_latency),
+            "one_run": pd.DataFrame(one_run).median(),
+            "as_measured": pd.DataFrame(as_measured).median(),
         }
     )
-    latencies["error"] = latencies["predicted"] / latencies["measured"] - 1
-    latencies["as_measured_error"] = latencies["as_measured"] / latencies["measured"] - 1
-    # Where the latency error lives: each stage's mean (median over the runs) at the
-    # calibration's load, as the model draws it for 3x, and as measured at 3x.
+    for column in ("predicted", "one_run", "as_measured"):
+        latencies[f"{column}_error"] = latencies[column] / latencies["measured"] - 1
+    # Where the latency error lives: each stage's mean (median over the rounds) in the
+    # two characterization runs, as the model uses it at 3x, and as measured at 3x.
     stage_table = pd.DataFrame(
         {
-            "calibration": pd.DataFrame([c for c, _ in stages]).median(),
-            "drawn_for_3x": pd.DataFrame([d for _, d in stages]).median(),
+            **{column: pd.DataFrame([c[column] for c in stages]).median() for column in stages[0]},
             "measured_3x": pd.DataFrame(
-                [stage_means_us(characterize(r)) for r in measurements]
+                [stage_means_us(characterize(m)) for _, _, m in rounds]
             ).median(),
         }
     )
@@ -233,6 +246,11 @@ def test_three_times_the_load_is_predicted_from_a_low_load_run(tmp_path: Path) -
     assert set(errors.index) == {str(b) for b in range(1, 8)}, report
     assert errors["error"].abs().max() <= THROUGHPUT_TOLERANCE, report
     assert set(latencies.index) == {f"pub{k}" for k in range(1, 5)}, report
-    worst = latencies["error"].abs().max()
-    print(f"worst latency error {worst:.1%} (target {LATENCY_TARGET:.0%})")
-    assert worst <= LATENCY_GUARD, report
+    worst = latencies["predicted_error"].abs().max()
+    one_run_worst = latencies["one_run_error"].abs().max()
+    print(
+        f"worst latency error {worst:.1%} from two runs (target {LATENCY_TARGET:.0%}), "
+        f"{one_run_worst:.1%} from the 1x run alone"
+    )
+    assert worst <= LATENCY_TARGET, report
+    assert one_run_worst <= ONE_RUN_GUARD, report
