@@ -5,17 +5,16 @@ On this project's hosts (VMs sharing their cores) every stage of an event's path
 less when the whole host is busier: routing in a broker, the hop between two brokers,
 the hand-over to a client, and the CPU each process spends per event off the path.
 Part of that is the receiving process's own idle gap (`monitor.warmth`), but most of
-it is a state of the host that one run at one rate does not show: on 2026-11-24, at
-equal idle gaps, a tree7 run at 3x its rates had service times 10-25 % shorter than a
-run at 1x (README, "Predicting three times the load").
+it is a state of the host that one run at one rate does not show (README, "Predicting
+three times the load": the brokers' service times at 3x fall much further than their
+processes' idle gaps explain).
 
 Two runs show it. Between a run at rate r1 and one at r2, each stage's mean moves by a
 factor; taken as a power of the rate, mean(r) = mean(r1) * (r / r1) ** beta with beta =
 ln(mean(r2) / mean(r1)) / ln(r2 / r1) (the stage's *elasticity*), the samples of the
-run closer to the target are scaled to the target rate. Measured on tree7 (1x and 1.5x
-of its rates, extrapolated to 3x): the link, publish and delivery delays' means came
-within 0-6 % of a 3x run's, the brokers' service times within 2-11 % but one at 25 %,
-and the end-to-end latency's log-log extrapolation within 2 %.
+run nearer the target are scaled to the target rate. `tests/test_model_validation.py`
+checks the result against real processes (tree7 at 1x and 1.5x, predicted and
+measured at 3x; README, "Predicting three times the load").
 
 Assumptions: the two runs carry the same workload (same publishers, trees and
 subscriptions) at different rates; a stage's elasticity is the same at every rate
