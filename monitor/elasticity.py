@@ -87,7 +87,6 @@ def at_rate(low: Characterization, high: Characterization, target_rate: float) -
             k: np.asarray(v, dtype=float) * f for k, v in source.service_by_fanout[b].items()
         }
         overhead[b] = source.overhead_ns[b] * factor(low.overhead_ns[b], high.overhead_ns[b])
-    client = low.client_cpu_per_event_s, high.client_cpu_per_event_s
     return dataclasses.replace(
         source,
         # what defines the workload and the reference rates: the low run's
@@ -105,6 +104,7 @@ def at_rate(low: Characterization, high: Characterization, target_rate: float) -
         link_delay_ns=scaled("link_delay_ns"),
         publish_delay_ns=scaled("publish_delay_ns"),
         deliver_delay_ns=scaled("deliver_delay_ns"),
-        client_cpu_per_event_s=source.client_cpu_per_event_s * factor(*client),
+        client_cpu_per_event_s=source.client_cpu_per_event_s
+        * factor(low.client_cpu_per_event_s, high.client_cpu_per_event_s),
         problems=[*low.problems, *high.problems],
     )

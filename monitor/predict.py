@@ -218,15 +218,14 @@ def predict(
         raise ValueError(f"unknown methods {sorted(unknown)}; use {METHODS}")
     char = characterize(run_dir)
     target = target_workload(char, study_file, scenario, rate_scale, measured_rates)
+    summary: dict[str, Any] = {"target_rates": target.rates, "methods": {}}
     if second_run is not None:
         prepared = at_rate(char, characterize(second_run), sum(target.rates.values()))
+        summary["second_run"] = str(second_run)
     else:
         prepared = warmed(char, target, seed) if warm else char
     network = build_network(prepared, target)
     rows: list[dict[str, Any]] = []
-    summary: dict[str, Any] = {"target_rates": target.rates, "methods": {}}
-    if second_run is not None:
-        summary["second_run"] = str(second_run)
     for method in methods:
         if method == "sim":
             result = simulate(network, seed=seed, max_wall_s=max_wall_s)
