@@ -26,8 +26,9 @@ import trio
 
 from bench.common import median, write_result
 from bench.tracing_overhead import encoded_events
+from broker.outgoing import OutQueue
 from broker.protocol import PROTOCOL_VERSION, Connection, Hello, Welcome
-from broker.server import READ_SIZE, Broker, BrokerConfig, Link
+from broker.server import READ_SIZE, Broker, BrokerConfig, Link, LinkCounters
 from routing import parse_filter
 from topologies.generators import chain
 
@@ -45,11 +46,12 @@ class LoopBroker:
     def _link(self, link_id: str, name: str) -> Link:
         broker = self.broker
         tracing = broker.tracer is not None
-        send, receive = trio.open_memory_channel[bytes](1_000_000)
+        counters = LinkCounters()
+        queue = OutQueue(1_000_000, broker.config.batch_frames, broker.outgoing, counters, None)
         conn = Connection("acceptor", keep_frames=tracing)
         conn.receive_data(Connection("initiator").send(Hello(PROTOCOL_VERSION, "client", name)))
         conn.send(Welcome(PROTOCOL_VERSION, broker.name))
-        link = Link(link_id, "client", name, None, conn, send, receive, broker.waiting)  # type: ignore[arg-type]
+        link = Link(link_id, "client", name, None, conn, queue, counters)  # type: ignore[arg-type]
         broker.links[link_id] = link
         broker.router.add_client(link_id)
         if broker.tracer is not None:
@@ -78,14 +80,10 @@ class LoopBroker:
 
 def drain(link: Link) -> None:
     """Empty the link's outgoing queue, as its writer task would."""
-    receive = link.receive_channel
-    while True:
-        try:
-            receive.receive_nowait()
-        except trio.WouldBlock:
-            break
-    link.waiting.frames -= link.queued
-    link.queued = 0
+    queue = link.queue
+    queue.outgoing.frames -= queue.queued
+    queue.queued = 0
+    queue.frames = []
 
 
 def reads_of(events: int) -> list[bytes]:

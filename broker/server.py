@@ -2,8 +2,10 @@
 
 Each connection (client, child broker, or the link to the parent) has a reader task
 that turns bytes into messages through the sans-I/O `Connection` and hands them to
-the router, and a writer task that drains the link's bounded outgoing queue in
-batches (one `send_all` per wakeup).
+the router, and a writer task that drains the link's bounded outgoing queue
+(`broker.outgoing`) in batches (one `send_all` per wakeup). What a reader queues
+while it handles one read is written through at the read's end, without waking the
+writer, whenever the writer has nothing in flight.
 
 Backpressure policy: every outgoing queue holds at most `queue_frames` frames. A
 reader that must enqueue to a full queue waits, so it stops reading its own socket
@@ -66,6 +68,8 @@ from typing import Any
 import structlog
 import trio
 
+from broker.netio import receive_some, socket_fd
+from broker.outgoing import Outgoing, OutQueue
 from broker.protocol import (
     DEFAULT_MAX_FRAME,
     PROTOCOL_VERSION,
@@ -152,13 +156,6 @@ class LinkCounters:
     events_dropped: int = 0  # queue-full drops (the `drop` policy)
 
 
-@dataclass
-class FrameCount:
-    """Frames waiting in all outgoing queues of a broker (kept by its links)."""
-
-    frames: int = 0
-
-
 @dataclass(eq=False)
 class Link:
     """One open connection and its outgoing queue."""
@@ -168,12 +165,8 @@ class Link:
     peer: str  # the broker id or the client's name
     stream: trio.abc.Stream
     conn: Connection
-    send_channel: trio.MemorySendChannel[bytes]
-    receive_channel: trio.MemoryReceiveChannel[bytes]
-    waiting: FrameCount  # the broker's total, shared by its links
-    counters: LinkCounters = field(default_factory=LinkCounters)
-    closed: bool = False
-    queued: int = 0  # frames in the outgoing queue (trio's statistics() is costly)
+    queue: OutQueue
+    counters: LinkCounters
     node: str = ""  # how traces name the peer: a broker id, or client:NAME
     # Tracing (monitor.hop_trace) of the read being handled: its events' values, notes
     # on what was not plain routing, and the CPU time spent on anything else than
@@ -183,10 +176,9 @@ class Link:
     trace_outcome: int = 0  # the outcome code of events sent to this link alone
     untraced_cpu_ns: int = 0
     # Liveness (time.monotonic() seconds): the reader waits for data since `heard`
-    # when `receiving`; a write is in progress since `send_started` (0: none).
+    # when `receiving` (a write in progress: `queue.send_started`).
     receiving: bool = False
     heard: float = 0.0
-    send_started: float = 0.0
     pinged: float = 0.0
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)  # the whole link
     read_scope: trio.CancelScope = field(default_factory=trio.CancelScope)  # its reader
@@ -196,34 +188,10 @@ class Link:
     def __post_init__(self) -> None:
         self.node = self.peer if self.kind == "broker" else f"client:{self.peer}"
 
-    def enqueue_nowait(self, frame: bytes) -> bool:
-        """Queue `frame` without waiting; False when the queue is full."""
-        if self.closed:
-            return True
-        try:
-            self.send_channel.send_nowait(frame)
-        except trio.WouldBlock:
-            return False
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            self.closed = True
-            return True
-        self.queued += 1
-        self.waiting.frames += 1
-        return True
-
-    async def enqueue(self, frame: bytes) -> bool:
-        """Queue `frame`, waiting while the queue is full (backpressure); False when
-        the link is (or got) closed instead."""
-        if self.closed:
-            return False
-        try:
-            await self.send_channel.send(frame)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            self.closed = True
-            return False
-        self.queued += 1
-        self.waiting.frames += 1
-        return True
+    @property
+    def closed(self) -> bool:
+        """The link is down or saying Bye: it takes no more frames."""
+        return self.queue.closed
 
     def cut(self, code: str, why: str) -> None:
         """End the link from the broker's side; `code` and `why` go into the Error."""
@@ -254,7 +222,7 @@ class Broker:
         self.router = Router(topology.routing, parent=self.parent_link_id)
         self.children = set(topology.children(broker_id))
         self.links: dict[str, Link] = {}
-        self.waiting = FrameCount()
+        self.outgoing = Outgoing()
         self.started_ns = time.time_ns()
         self.events_routed = 0
         self.events_dropped = 0  # events that missed at least one target
@@ -430,8 +398,15 @@ class Broker:
         conn: Connection,
         leftover: list[Any],
     ) -> None:
-        send_channel, receive_channel = trio.open_memory_channel[bytes](self.config.queue_frames)
-        link = Link(link_id, kind, peer, stream, conn, send_channel, receive_channel, self.waiting)
+        counters = LinkCounters()
+        queue = OutQueue(
+            self.config.queue_frames,
+            self.config.batch_frames,
+            self.outgoing,
+            counters,
+            socket_fd(stream),
+        )
+        link = Link(link_id, kind, peer, stream, conn, queue, counters)
         self.links[link_id] = link
         if self.tracer is not None:
             self.tracer.name_link(link_id, link.node if kind == "broker" else peer, kind)
@@ -453,9 +428,8 @@ class Broker:
                     nursery.cancel_scope.cancel()
         finally:
             problem = link.problem or problem
-            link.closed = True
             del self.links[link_id]
-            link.receive_channel.close()  # readers blocked on this full queue give up
+            link.queue.close()  # readers blocked on this full queue give up
             # The router forgets the link at once: a reconnecting peer reuses its id.
             actions = self.router.remove_link(link_id)
             with trio.CancelScope(shield=True), trio.move_on_after(5.0):
@@ -492,11 +466,8 @@ class Broker:
             frame = link.conn.send(Bye("broker shutting down"))
         except ProtocolError:  # this side already said Bye or Error
             frame = b""
-        link.closed = True  # nothing may be queued behind the Bye
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            if frame:
-                await link.send_channel.send(frame)
-            link.send_channel.close()
+            await link.queue.end(frame)  # nothing may be queued behind the Bye
             await link.writer_done.wait()
             while await link.stream.receive_some(READ_SIZE):
                 pass
@@ -515,12 +486,13 @@ class Broker:
                 link.cut(*problem)
                 return
             if link.receiving and not link.closed and self._due_ping(link, time.monotonic()):
-                link.enqueue_nowait(link.conn.send(Ping(next(nonces))))
+                link.queue.put_nowait(link.conn.send(Ping(next(nonces))))
 
     def _liveness_problem(self, link: Link, now: float) -> tuple[str, str] | None:
         config = self.config
         stuck = config.stuck_timeout_s
-        if stuck > 0 and link.send_started and now - link.send_started > stuck:
+        started = link.queue.send_started
+        if stuck > 0 and started and now - started > stuck:
             return ("stuck", f"no progress writing to the peer for {stuck} s")
         if config.heartbeat_s > 0 and link.receiving:
             silent = now - link.heard
@@ -539,11 +511,12 @@ class Broker:
     async def _reader(self, link: Link) -> tuple[str, str] | None:
         """Read and handle messages until the link ends; return why it must close."""
         stream, conn, counters = link.stream, link.conn, link.counters
+        fd = link.queue.fd
         while True:
             link.heard = time.monotonic()
             link.receiving = True
             try:
-                data = await stream.receive_some(READ_SIZE)
+                data = await receive_some(stream, fd, READ_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return _CLOSED
             finally:
@@ -569,20 +542,21 @@ class Broker:
         thread's CPU clock read `cpu_read` (b"", 0 and 0 when not tracing)."""
         counters = link.counters
         problem = None
-        queued = self.waiting.frames  # at the read's arrival, as traced
-        for index, message in enumerate(messages):
-            counters.messages_in += 1
-            if type(message) is Publish:
-                await self._route(link, message, index)
-            elif self.tracer is None:
-                problem = await self._handle(link, message)
-            else:
-                link.trace_notes += (MARK, index, time.time_ns())
-                cpu_before = time.thread_time_ns()
-                problem = await self._handle(link, message)
-                link.untraced_cpu_ns += time.thread_time_ns() - cpu_before
-            if problem is not None:
-                break
+        queued = self.outgoing.frames  # at the read's arrival, as traced
+        with self.outgoing.handling_read():
+            for index, message in enumerate(messages):
+                counters.messages_in += 1
+                if type(message) is Publish:
+                    await self._route(link, message, index)
+                elif self.tracer is None:
+                    problem = await self._handle(link, message)
+                else:
+                    link.trace_notes += (MARK, index, time.time_ns())
+                    cpu_before = time.thread_time_ns()
+                    problem = await self._handle(link, message)
+                    link.untraced_cpu_ns += time.thread_time_ns() - cpu_before
+                if problem is not None:
+                    break
         if self.tracer is not None:
             if link.trace_rows:
                 self._trace_read(link, frames, len(messages), t_read, cpu_read, queued)
@@ -608,28 +582,13 @@ class Broker:
 
     async def _writer(self, link: Link) -> None:
         """Send the queue in batches; once `_finish` closed the queue, half-close."""
-        receive, stream, counters = link.receive_channel, link.stream, link.counters
-        batch_limit = self.config.batch_frames
+        stream = link.stream
         try:
-            async for frame in receive:
-                batch = [frame]
-                while len(batch) < batch_limit:
-                    try:
-                        batch.append(receive.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                data = b"".join(batch)
-                link.send_started = time.monotonic()
-                await stream.send_all(data)
-                link.send_started = 0.0
-                link.queued -= len(batch)
-                link.waiting.frames -= len(batch)
-                counters.messages_out += len(batch)
-                counters.bytes_out += len(data)
+            await link.queue.writer(stream)
             if isinstance(stream, trio.abc.HalfCloseableStream):
                 await stream.send_eof()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            link.closed = True
+            link.queue.close()
             link.scope.cancel()
         finally:
             link.writer_done.set()
@@ -687,19 +646,19 @@ class Broker:
             frame = encode_frame(forwarded, self.config.max_frame)
             for target in decision.forward:
                 out = links.get(target)
-                if out is None or out.closed:
+                if out is None or out.queue.closed:
                     missed.append(f"link-down:{target}")
                 else:
                     sends.append((out, out.conn.send(forwarded, frame)))
         for target, sub_ids in decision.deliver.items():
             out = links.get(target)
-            if out is None or out.closed:
+            if out is None or out.queue.closed:
                 missed.append(f"link-down:{target}")
             else:
                 sends.append((out, out.conn.send(forwarded.to_deliver(sorted(sub_ids)))))
         blocked = []
         for out, frame in sends:
-            if out.enqueue_nowait(frame):
+            if out.queue.put_nowait(frame):
                 out.counters.events_out += 1
             elif self._drop_when_full and out.kind == "client":
                 out.counters.events_dropped += 1
@@ -755,7 +714,7 @@ class Broker:
         """Backpressure: wait for room in each full queue, in order; a link that closes
         meanwhile is a missed target."""
         for out, frame in blocked:
-            if await out.enqueue(frame):
+            if await out.queue.put(frame):
                 out.counters.events_out += 1
             else:
                 missed.append(f"link-down:{out.link_id}")
@@ -787,7 +746,7 @@ class Broker:
 
     async def _send(self, link: Link, message: Any) -> None:
         if not link.closed:
-            await link.enqueue(link.conn.send(message))
+            await link.queue.put(link.conn.send(message))
 
     # -- introspection --------------------------------------------------------------
 
@@ -805,7 +764,7 @@ class Broker:
                 "messages_in": c.messages_in,
                 "messages_out": c.messages_out,
                 "events_dropped": c.events_dropped,
-                "queue_depth": link.queued,
+                "queue_depth": link.queue.queued,
             }
         router = self.router.stats()
         return {

@@ -57,6 +57,7 @@ from typing import Any, TypeVar, cast
 
 import trio
 
+from broker.netio import receive_some, socket_fd
 from broker.protocol import (
     PROTOCOL_VERSION,
     Bye,
@@ -647,7 +648,9 @@ class AsyncClient:
 
     async def _read_loop(self) -> None:
         try:
-            while data := await self._stream.receive_some(_RECEIVE_SIZE):
+            stream = self._stream
+            fd = socket_fd(stream)
+            while data := await receive_some(stream, fd, _RECEIVE_SIZE):
                 self._heard = time.monotonic()
                 messages = self._conn.receive_data(data)
                 t_ns = time.time_ns()

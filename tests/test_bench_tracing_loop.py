@@ -28,7 +28,7 @@ def test_every_event_reaches_the_subscriber(
     drain = tracing_loop.drain
 
     def counting_drain(link: tracing_loop.Link) -> None:
-        queued.append(link.queued)
+        queued.append(link.queue.queued)
         drain(link)
 
     monkeypatch.setattr(tracing_loop, "drain", counting_drain)

@@ -1,0 +1,43 @@
+"""Socket reads with one pass of trio's scheduler less, for the broker and the client.
+
+trio checkpoints after every receive, so a task woken by data yields once more before
+it can handle that data: on the way of every event at low load, in every broker hop
+and at the subscriber. `receive_some` yields only after a read that did not wait
+(fairness: a socket that always has data must not starve the other tasks), and, as
+in trio, a cancellation never loses data already read. Measured with
+`python -m bench --only chain wakeup` (2026-11-25): together with the broker's
+write-through (`broker.outgoing`), a broker hop went from 1.3-1.5x the trivial relay's
+added latency to 1.0x, and the broker's CPU per event at 400 events/s from ~200 to
+~157 us.
+"""
+
+from __future__ import annotations
+
+import os
+
+import trio
+
+
+def socket_fd(stream: trio.abc.Stream) -> int | None:
+    """The file descriptor of a plain TCP stream; None for others (TLS, in memory)."""
+    return stream.socket.fileno() if isinstance(stream, trio.SocketStream) else None
+
+
+async def receive_some(stream: trio.abc.Stream, fd: int | None, max_bytes: int) -> bytes:
+    """`stream.receive_some(max_bytes)`; `fd` is `socket_fd(stream)`. OSError (a reset
+    connection) and trio.ClosedResourceError (the stream was closed meanwhile) end it
+    as they end trio's."""
+    if fd is None:
+        return await stream.receive_some(max_bytes)
+    await trio.lowlevel.checkpoint_if_cancelled()
+    while True:
+        try:
+            data = os.read(fd, max_bytes)
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(fd)
+            try:
+                return os.read(fd, max_bytes)
+            except BlockingIOError:  # woken without data: wait again
+                continue
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return data

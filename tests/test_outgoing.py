@@ -1,0 +1,239 @@
+"""The broker's outgoing queue (`broker.outgoing`) and socket reads (`broker.netio`),
+on socket pairs: write-through at a read's end, order under partial writes,
+backpressure, the writer's end, and reads that wait or not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import trio
+import trio.testing
+
+from broker.netio import receive_some, socket_fd
+from broker.outgoing import Outgoing, OutQueue
+
+
+@dataclass
+class Counts:
+    messages_out: int = 0
+    bytes_out: int = 0
+
+
+async def _pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    a, b = trio.socket.socketpair()
+    return trio.SocketStream(a), trio.SocketStream(b)
+
+
+async def _read_exactly(stream: trio.SocketStream, size: int) -> bytes:
+    data = bytearray()
+    with trio.fail_after(10):
+        while len(data) < size:
+            chunk = await stream.receive_some(1 << 20)
+            assert chunk, "the peer closed early"
+            data += chunk
+    return bytes(data)
+
+
+class Writer:
+    """An OutQueue on one end of a socket pair, and its writer task."""
+
+    def __init__(self, nursery: trio.Nursery, local: trio.SocketStream, limit: int = 1000):
+        self.outgoing = Outgoing()
+        self.counts = Counts()
+        self.queue = OutQueue(limit, 64, self.outgoing, self.counts, socket_fd(local))
+        self.done = trio.Event()
+        nursery.start_soon(self._run, local)
+
+    async def _run(self, local: trio.SocketStream) -> None:
+        await self.queue.writer(local)
+        self.done.set()
+
+
+def test_frames_of_a_read_are_written_through_without_waking_the_writer() -> None:
+    async def main() -> None:
+        local, peer = await _pair()
+        async with trio.open_nursery() as nursery:
+            w = Writer(nursery, local)
+            await trio.testing.wait_all_tasks_blocked()
+            assert w.queue.writer_idle
+            with w.outgoing.handling_read():
+                for i in range(10):
+                    assert w.queue.put_nowait(b"frame%d;" % i)
+                assert w.outgoing.frames == 10 and w.counts.messages_out == 0  # not yet
+            assert w.counts.messages_out == 10 and w.queue.queued == w.outgoing.frames == 0
+            assert w.queue.writer_idle  # nobody woke it
+            assert await _read_exactly(peer, 70) == b"".join(b"frame%d;" % i for i in range(10))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_outside_a_read_putting_wakes_the_writer() -> None:
+    async def main() -> None:
+        local, peer = await _pair()
+        async with trio.open_nursery() as nursery:
+            w = Writer(nursery, local)
+            await trio.testing.wait_all_tasks_blocked()
+            assert w.queue.put_nowait(b"ping")
+            assert not w.queue.writer_idle  # woken
+            assert await _read_exactly(peer, 4) == b"ping"
+            await trio.testing.wait_all_tasks_blocked()
+            assert w.counts.messages_out == 1
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_a_partial_write_through_keeps_the_order() -> None:
+    """More than the socket buffers take: the writer sends the rest, in order."""
+    frames = [bytes([i % 251]) * 20_000 for i in range(200)]  # 4 MB
+
+    async def main() -> None:
+        local, peer = await _pair()
+        async with trio.open_nursery() as nursery:
+            w = Writer(nursery, local)
+            await trio.testing.wait_all_tasks_blocked()
+            with w.outgoing.handling_read():
+                for frame in frames[:100]:
+                    assert w.queue.put_nowait(frame)
+            assert w.queue.tail  # the socket took part of the first batch
+            for frame in frames[100:]:  # behind the tail, while the writer sends
+                assert w.queue.put_nowait(frame)
+            received = await _read_exactly(peer, sum(map(len, frames)))
+            assert received == b"".join(frames)
+            await trio.testing.wait_all_tasks_blocked()
+            assert w.counts.messages_out == 200 and w.queue.queued == 0
+            assert w.counts.bytes_out == len(received)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_a_reader_at_a_full_queue_writes_through_and_goes_on() -> None:
+    """A full queue that a write-through empties must not leave the reader waiting for
+    room nobody will announce."""
+
+    async def main() -> None:
+        local, peer = await _pair()
+        async with trio.open_nursery() as nursery:
+            w = Writer(nursery, local, limit=5)
+            await trio.testing.wait_all_tasks_blocked()
+            with trio.fail_after(5), w.outgoing.handling_read():
+                for i in range(12):
+                    assert await w.queue.put(b"%02d" % i)
+                assert w.outgoing.deferring  # still handling the read
+            assert await _read_exactly(peer, 24) == b"".join(b"%02d" % i for i in range(12))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_backpressure_waits_for_the_peer_and_the_bound_holds() -> None:
+    async def main() -> None:
+        local, peer = await _pair()
+        frame = b"x" * 50_000
+        async with trio.open_nursery() as nursery:
+            w = Writer(nursery, local, limit=4)
+            await trio.testing.wait_all_tasks_blocked()
+            put = 0
+
+            async def producer() -> None:
+                nonlocal put
+                for _ in range(100):
+                    with w.outgoing.handling_read():
+                        assert await w.queue.put(frame)
+                    put += 1
+
+            nursery.start_soon(producer)
+            await trio.testing.wait_all_tasks_blocked()
+            assert put < 100  # the peer reads nothing: the producer waits
+            assert len(w.queue.frames) <= 4 and w.queue.queued <= 4 + 64
+            await _read_exactly(peer, 100 * len(frame))
+            await trio.testing.wait_all_tasks_blocked()
+            assert put == 100
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_end_sends_everything_then_stops_the_writer_and_takes_nothing_more() -> None:
+    async def main() -> None:
+        local, peer = await _pair()
+        async with trio.open_nursery() as nursery:
+            w = Writer(nursery, local)
+            await trio.testing.wait_all_tasks_blocked()
+            w.queue.put_nowait(b"event;")
+            await w.queue.end(b"bye")
+            with trio.fail_after(5):
+                await w.done.wait()
+            assert w.queue.put_nowait(b"late")  # swallowed: the link says Bye
+            assert not await w.queue.put(b"late")
+            assert await _read_exactly(peer, 9) == b"event;bye"
+
+    trio.run(main)
+
+
+def test_close_releases_a_producer_waiting_for_room() -> None:
+    async def main() -> None:
+        local, _peer = await _pair()
+        async with trio.open_nursery() as nursery:
+            w = Writer(nursery, local, limit=1)
+            w.queue.fd = None  # no write-through: the writer alone sends
+            results: list[bool] = []
+
+            async def producer() -> None:
+                for _ in range(1000):
+                    ok = await w.queue.put(b"y" * 100_000)
+                    results.append(ok)
+                    if not ok:
+                        return
+
+            nursery.start_soon(producer)
+            await trio.testing.wait_all_tasks_blocked()
+            w.queue.close()
+            await trio.testing.wait_all_tasks_blocked()
+            assert results[-1] is False and len(results) < 1000
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_receive_some_reads_waits_and_sees_the_end(plain: bool) -> None:
+    async def main() -> None:
+        local, peer = await _pair()
+        fd = socket_fd(local) if plain else None
+        await peer.send_all(b"ready")
+        assert await receive_some(local, fd, 100) == b"ready"  # there already
+
+        async def later() -> None:
+            await trio.sleep(0.05)
+            await peer.send_all(b"late")
+            await peer.send_eof()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(later)
+            with trio.fail_after(5):
+                assert await receive_some(local, fd, 100) == b"late"  # waited for
+                assert await receive_some(local, fd, 100) == b""
+
+    trio.run(main)
+
+
+def test_receive_some_ends_when_the_stream_is_closed_meanwhile() -> None:
+    async def main() -> None:
+        local, _peer = await _pair()
+        fd = socket_fd(local)
+        assert fd is not None
+        async with trio.open_nursery() as nursery:
+
+            async def close_soon() -> None:
+                await trio.sleep(0.05)
+                await local.aclose()
+
+            nursery.start_soon(close_soon)
+            with pytest.raises(trio.ClosedResourceError), trio.fail_after(5):
+                await receive_some(local, fd, 100)
+
+    trio.run(main)
