@@ -557,11 +557,14 @@ class Broker:
                     link.untraced_cpu_ns += time.thread_time_ns() - cpu_before
                 if problem is not None:
                     break
-        if self.tracer is not None:
-            if link.trace_rows:
-                self._trace_read(link, frames, len(messages), t_read, cpu_read, queued)
-            link.trace_notes = []
-            link.untraced_cpu_ns = 0
+            # Traced before the write-through: a send to a local peer can run the peer
+            # at once (the kernel wakes it on this core), and that is not this event's
+            # service but the link's delay (as when the writer task sends).
+            if self.tracer is not None:
+                if link.trace_rows:
+                    self._trace_read(link, frames, len(messages), t_read, cpu_read, queued)
+                link.trace_notes = []
+                link.untraced_cpu_ns = 0
         return problem
 
     def _trace_read(
