@@ -25,7 +25,6 @@ Everything here stays constant when only the publication rates change (thesis
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from monitor.traces import read_table
+from monitor.traces import read_manifest, read_table
 from monitor.warmth import gaps_since, idle_gaps
 
 Tree = tuple[tuple[tuple[str, str], ...], tuple[tuple[str, tuple[str, ...]], ...]]
@@ -72,7 +71,7 @@ class Characterization:
 
 def characterize(run_dir: Path) -> Characterization:
     """Read RUN_DIR's traces and manifest into model inputs."""
-    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest = read_manifest(run_dir)
     phases = manifest["phases"]
     lo, hi = phases["measure_start_ns"], phases["measure_end_ns"]
     window_s = (hi - lo) / 1e9

@@ -7,8 +7,10 @@ schema version is refused with a message naming it.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -24,6 +26,22 @@ class TraceRead:
     table: pa.Table
     files: list[Path]
     problems: list[str] = field(default_factory=list)  # truncated files and what was kept
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    """RUN_DIR's manifest.json, with its measurement phases; TraceError naming the file
+    when it is missing or unusable."""
+    path = run_dir / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TraceError(f"{path}: missing (hop replay writes it)") from None
+    except (OSError, ValueError) as exc:
+        raise TraceError(f"{path}: unreadable ({exc})") from None
+    phases = manifest.get("phases") if isinstance(manifest, dict) else None
+    if not isinstance(phases, dict):
+        raise TraceError(f"{path}: no phases (not written by hop replay?)")
+    return manifest
 
 
 def trace_files(run_dir: Path, table: str) -> list[Path]:

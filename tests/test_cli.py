@@ -38,6 +38,18 @@ def test_bad_address_exits_2() -> None:
     assert run_hop("stats", "nowhere").returncode == 2
 
 
+@pytest.mark.parametrize("command", ["analyze", "predict"])
+@pytest.mark.parametrize("manifest", [None, "{}", "not json"])
+def test_a_folder_that_is_not_a_run_exits_2_naming_the_manifest(
+    tmp_path: Path, command: str, manifest: str | None
+) -> None:
+    if manifest is not None:
+        (tmp_path / "manifest.json").write_text(manifest)
+    result = run_hop(command, str(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert f"{tmp_path / 'manifest.json'}: " in result.stderr
+
+
 def test_attribute_values_from_the_command_line() -> None:
     assert _value("7") == 7 and _value("7.5") == 7.5 and _value("true") is True
     assert _value('"7"') == "7" and _value("EU") == "EU"

@@ -9,11 +9,10 @@ whole events. Rates divide by the window's length.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.traces import TraceError
+from monitor.traces import TraceError, read_manifest
 
 WINDOWS = ("measure", "all")
 
@@ -35,16 +34,14 @@ def run_window(run_dir: Path, name: str = "measure") -> Window:
     if name not in WINDOWS:
         raise TraceError(f"unknown window {name!r}; choose one of {', '.join(WINDOWS)}")
     path = run_dir / "manifest.json"
+    phases = read_manifest(run_dir)["phases"]
     try:
-        phases = json.loads(path.read_text())["phases"]
         start, end = (
             (phases["measure_start_ns"], phases["measure_end_ns"])
             if name == "measure"
             else (phases["start_ns"], phases["drain_end_ns"])
         )
-    except FileNotFoundError:
-        raise TraceError(f"{path}: missing (hop replay writes it)") from None
-    except (ValueError, KeyError, TypeError) as exc:
+    except KeyError as exc:
         raise TraceError(f"{path}: no usable phases ({exc!r})") from None
     if not (isinstance(start, int) and isinstance(end, int) and start < end):
         raise TraceError(f"{path}: phases give an empty {name} window ({start} .. {end})")
