@@ -11,8 +11,13 @@ the same factor (doubling from twice the case study's rates, then bisecting betw
 the last step that passed and the first that failed). A step publishes for a
 warm-up and a measurement period, then waits for its deliveries; it fails when the
 delivery latency p99 of the events published in its measurement period exceeds
-100 ms, or when any delivery its events were due (computed from the subscribers'
-filters with ``routing.MatchIndex``) has not arrived within DRAIN_S after the step.
+100 ms, when any delivery its events were due (computed from the subscribers'
+filters with ``routing.MatchIndex``) has not arrived within DRAIN_S after the step,
+or when the publishers fell behind: the step took longer than planned by more than
+1 / MIN_ACHIEVED (they publish on a schedule and catch up when late, so a host too
+busy to keep up shows as a longer step, a lower achieved rate, while the latencies,
+stamped at publication, stay low; a count of publications would also move with the
+Poisson draws).
 The saturation rate is the total rate of the highest step that passed. Latency is
 ``time.time_ns()`` at decode in the subscriber minus the publisher's stamp. The
 fraction of a core this process used is reported per step, to show whether the
@@ -49,6 +54,7 @@ FIRST_SCALE = 2.0
 MAX_SCALE = 256.0
 MIN_SCALE = 0.25
 DRAIN_S = 5.0
+MIN_ACHIEVED = 0.95  # of the step's total rate, as the planned over the actual duration
 
 
 @dataclass
@@ -159,7 +165,12 @@ class Driver:
             "undelivered": undelivered,
             **summary,
             "client_cpu_percent": round(100 * cpu / wall, 1),
-            "passed": undelivered == 0 and p99 is not None and p99 <= P99_LIMIT_US,
+            "passed": (
+                undelivered == 0
+                and p99 is not None
+                and p99 <= P99_LIMIT_US
+                and wall <= (warmup_s + measure_s) / MIN_ACHIEVED
+            ),
         }
 
     async def _drain(self, step: Step) -> None:
@@ -201,7 +212,8 @@ async def search(
         result = await driver.run_step(scale, warmup_s, measure_s)
         steps.append(result)
         print(
-            f"tree15 x{scale:.2f}: {result['target_rate']:.0f} events/s, p99 "
+            f"tree15 x{scale:.2f}: {result['target_rate']:.0f} events/s "
+            f"({result['achieved_rate']:.0f} achieved), p99 "
             f"{result['p99_us']} us, undelivered {result['undelivered']}, "
             f"client CPU {result['client_cpu_percent']} % -> "
             f"{'pass' if result['passed'] else 'fail'}",
@@ -248,7 +260,10 @@ def run(quick: bool, workdir: Path) -> dict[str, Any]:
         "subscribers": len(study.subscribers),
         "subscriptions": sum(len(s.filters) for s in study.subscribers.values()),
         "publishers": len(study.publishers),
-        "criterion": f"p99 <= {P99_LIMIT_US / 1000:.0f} ms and all deliveries within {DRAIN_S} s",
+        "criterion": (
+            f"p99 <= {P99_LIMIT_US / 1000:.0f} ms, all deliveries within {DRAIN_S} s, "
+            f"and at least {MIN_ACHIEVED:.0%} of the rate achieved"
+        ),
         "warmup_s": warmup_s,
         "measure_s": measure_s,
         **found,
