@@ -544,6 +544,27 @@ def encode_message(message: Message) -> bytes:
     return _packer.pack(message._WIRE(message))
 
 
+# A Publish payload is [20, *fields] and a Deliver payload [21, sub_ids, *the same
+# fields]; a msgpack array is its header followed by its elements, so a Deliver can be
+# spliced from a Publish's encoding without encoding the event again. Both headers are
+# one byte (fixarray) and both type codes one byte (positive fixint).
+PUBLISH_HEAD = bytes((0x90 | 6, Publish.TYPE))
+_DELIVER_HEAD = bytes((0x90 | 7, Deliver.TYPE))
+
+
+def deliver_head(sub_ids: list[int]) -> bytes:
+    """What a Deliver payload for ``sub_ids`` has in place of a Publish payload's first
+    two bytes (`PUBLISH_HEAD`); ``sub_ids`` checked as ``Publish.to_deliver`` does."""
+    if not _ints_typed(sub_ids):
+        _check_int_list(sub_ids, "deliver_head(sub_ids)")
+    try:
+        packed = _packer.pack(sub_ids)
+    except OverflowError:  # msgpack checks the range (per delivery: no check in Python)
+        _check_int_list(sub_ids, "deliver_head(sub_ids)")
+        raise
+    return _DELIVER_HEAD + packed
+
+
 def publish_summary(payload: bytes | bytearray | memoryview) -> tuple[str, str, Any, int]:
     """The event id, publisher, `type` attribute ("" if none) and path length of a
     Publish payload, without checking or building the message: for the traces of frames

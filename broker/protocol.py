@@ -49,6 +49,7 @@ from broker.messages import (
     ERR_VERSION,
     MESSAGE_TYPES,
     PROTOCOL_VERSION,
+    PUBLISH_HEAD,
     Bye,
     Deliver,
     Error,
@@ -69,6 +70,7 @@ from broker.messages import (
     Unsubscribe,
     Welcome,
     decode_message,
+    deliver_head,
     encode_message,
 )
 
@@ -110,6 +112,7 @@ __all__ = [
     "Unsubscribe",
     "Welcome",
     "decode_message",
+    "deliver_frame",
     "encode_frame",
     "encode_message",
     "error_frame",
@@ -202,6 +205,24 @@ def encode_frame(message: Message, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
             f"{type(message).__name__} needs {len(payload)} bytes, over the maximum of {max_frame}",
         )
     return _LENGTH.pack(len(payload)) + payload
+
+
+def deliver_frame(
+    publish_frame: bytes, sub_ids: list[int], max_frame: int = DEFAULT_MAX_FRAME
+) -> bytes:
+    """``encode_frame(event.to_deliver(sub_ids), max_frame)``, the same bytes, from
+    ``publish_frame = encode_frame(event)`` without encoding the event again: a broker
+    delivering one event to several clients encodes it once (`messages.deliver_head`).
+    Send it with ``Connection.send_encoded(Deliver, frame)``."""
+    if publish_frame[4:6] != PUBLISH_HEAD:
+        raise ValueError("deliver_frame: publish_frame is not the frame of a Publish")
+    head = deliver_head(sub_ids)
+    length = len(publish_frame) - 6 + len(head)
+    if length > max_frame:
+        raise ProtocolError(
+            ERR_FRAMING, f"Deliver needs {length} bytes, over the maximum of {max_frame}"
+        )
+    return _LENGTH.pack(length) + head + publish_frame[6:]
 
 
 def frame_starts(data: bytes | bytearray) -> list[int]:
@@ -349,6 +370,16 @@ class Connection:
             frame = encode_frame(message, self._max_frame)
         if kind in _TRANSITIONS:
             self._on_sent(message)
+        return frame
+
+    def send_encoded(self, kind: type[Message], frame: bytes) -> bytes:
+        """``send`` of a message of type ``kind`` that is already encoded into ``frame``
+        (e.g. by `deliver_frame`): the check that this side may send it now. Only for
+        kinds that do not change the connection's state."""
+        if kind not in self._sendable:
+            raise self._unexpected(kind, receiving=False)
+        if kind in _TRANSITIONS:
+            raise ValueError(f"send_encoded: {kind.__name__} changes the state; use send")
         return frame
 
     def _parse_frames(self, buffer: bytearray, messages: list[Message]) -> int:

@@ -75,6 +75,7 @@ from broker.protocol import (
     PROTOCOL_VERSION,
     Bye,
     Connection,
+    Deliver,
     Error,
     Flush,
     FlushAck,
@@ -91,6 +92,7 @@ from broker.protocol import (
     UnsubAck,
     Unsubscribe,
     Welcome,
+    deliver_frame,
     encode_frame,
     error_frame,
     frame_starts,
@@ -645,20 +647,22 @@ class Broker:
         links = self.links
         sends: list[tuple[Link, bytes]] = []
         missed: list[str] = []  # "REASON:LINK" of each target that does not get it
-        if decision.forward:
-            frame = encode_frame(forwarded, self.config.max_frame)
-            for target in decision.forward:
-                out = links.get(target)
-                if out is None or out.queue.closed:
-                    missed.append(f"link-down:{target}")
-                else:
-                    sends.append((out, out.conn.send(forwarded, frame)))
+        max_frame = self.config.max_frame
+        if decision.forward or decision.deliver:  # the event is encoded once
+            frame = encode_frame(forwarded, max_frame)
+        for target in decision.forward:
+            out = links.get(target)
+            if out is None or out.queue.closed:
+                missed.append(f"link-down:{target}")
+            else:
+                sends.append((out, out.conn.send(forwarded, frame)))
         for target, sub_ids in decision.deliver.items():
             out = links.get(target)
             if out is None or out.queue.closed:
                 missed.append(f"link-down:{target}")
             else:
-                sends.append((out, out.conn.send(forwarded.to_deliver(sorted(sub_ids)))))
+                deliver = deliver_frame(frame, sorted(sub_ids), max_frame)
+                sends.append((out, out.conn.send_encoded(Deliver, deliver)))
         blocked = []
         for out, frame in sends:
             if out.queue.put_nowait(frame):

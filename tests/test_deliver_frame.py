@@ -1,0 +1,61 @@
+"""A Deliver spliced from its event's Publish frame (`broker.protocol.deliver_frame`) is
+byte for byte the Deliver encoded on its own, and is checked as such."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.protocol import (
+    Bye,
+    Connection,
+    Deliver,
+    Hello,
+    ProtocolError,
+    Publish,
+    Subscribe,
+    Welcome,
+    deliver_frame,
+    encode_frame,
+)
+from tests.strategies import events
+
+sub_id_lists = st.lists(st.integers(min_value=0, max_value=2**64 - 1), min_size=1, max_size=40)
+
+
+@given(
+    attributes=events,
+    path=st.lists(st.text(max_size=5), max_size=20),
+    sub_ids=sub_id_lists,
+    t_ns=st.integers(min_value=0, max_value=2**63 - 1),
+)
+def test_the_spliced_deliver_is_the_encoded_one(
+    attributes: dict, path: list[str], sub_ids: list[int], t_ns: int
+) -> None:
+    event = Publish("pub:1", "pub", attributes, path, t_ns)
+    assert deliver_frame(encode_frame(event), sub_ids) == encode_frame(event.to_deliver(sub_ids))
+
+
+def test_bad_sub_ids_and_frames_are_refused_by_name() -> None:
+    frame = encode_frame(Publish("e", "p", {"n": 1}, [], 5))
+    with pytest.raises(ProtocolError, match=r"deliver_head\(sub_ids\)\[0\]: expected int"):
+        deliver_frame(frame, [True])
+    with pytest.raises(ProtocolError, match=r"deliver_head\(sub_ids\)\[1\]: .* does not fit"):
+        deliver_frame(frame, [1, 2**64])
+    with pytest.raises(ProtocolError, match="over the maximum"):
+        deliver_frame(frame, [1], max_frame=len(frame) - 4)
+    with pytest.raises(ValueError, match="not the frame of a Publish"):
+        deliver_frame(encode_frame(Subscribe(1, [["n", ">", 1]])), [1])
+
+
+def test_send_encoded_checks_the_state_only() -> None:
+    broker = Connection("acceptor")
+    frame = deliver_frame(encode_frame(Publish("e", "p", {"n": 1}, [], 5)), [3])
+    with pytest.raises(ProtocolError):  # no handshake yet
+        broker.send_encoded(Deliver, frame)
+    broker.receive_data(Connection("initiator").send(Hello(1, "client", "c")))
+    broker.send(Welcome(1, "b"))
+    assert broker.send_encoded(Deliver, frame) is frame
+    with pytest.raises(ValueError, match="changes the state"):
+        broker.send_encoded(Bye, frame)
