@@ -42,6 +42,7 @@ The reconnecting client also sends Ping to the broker when it has heard nothing 
 """
 
 import contextlib
+import dataclasses
 import itertools
 import math
 import random
@@ -164,6 +165,27 @@ class Delivery:
     t_deliver_ns: int
 
 
+_DELIVERY_SETTERS = tuple(getattr(Delivery, f.name).__set__ for f in dataclasses.fields(Delivery))
+
+
+def _delivery_of(message: Deliver, t_deliver_ns: int) -> Delivery:
+    """``Delivery(...)`` of a checked Deliver, built through its slots: a frozen
+    dataclass's ``__init__`` sets each field through ``object.__setattr__``, which
+    took ~0.9 us of the ~7 us a delivery costs the client."""
+    set_id, set_publisher, set_attributes, set_sub_ids, set_path, set_t_pub, set_t_del = (
+        _DELIVERY_SETTERS
+    )
+    delivery = object.__new__(Delivery)
+    set_id(delivery, message.event_id)
+    set_publisher(delivery, message.publisher)
+    set_attributes(delivery, message.attributes)
+    set_sub_ids(delivery, tuple(message.sub_ids))
+    set_path(delivery, tuple(message.path))
+    set_t_pub(delivery, message.t_publish_ns)
+    set_t_del(delivery, t_deliver_ns)
+    return delivery
+
+
 def _copy(error: ConnectionLost) -> ConnectionLost:
     """A fresh instance of ``error``: one exception object must not be raised by several
     tasks at once (each raise rewrites its traceback)."""
@@ -208,7 +230,10 @@ class AsyncSubscription:
         self.id = sub_id
         self.filter = filter
         self._client = client
-        self._tx, self._rx = trio.open_memory_channel[Delivery](math.inf)
+        # The deliveries not yet taken, and where consumers wait for more (a deque
+        # rather than a memory channel: a third of the cost per delivery).
+        self._queue: deque[Delivery] = deque()
+        self._arrived = trio.lowlevel.ParkingLot()
         self._active = True
         self._end: ConnectionLost | None = None  # why it ended; None: unsubscribed
         self._acked = False  # the broker acknowledged it once: resubscribe on reconnect
@@ -225,14 +250,24 @@ class AsyncSubscription:
         """The next delivery, waiting for one. Raises ``SubscriptionClosed`` once
         unsubscribed and drained, ``ConnectionLost`` once the connection ended and
         drained."""
-        try:
-            return await self._rx.receive()
-        except trio.EndOfChannel:
-            raise self._ended() from None
+        queue = self._queue
+        if queue:  # a checkpoint all the same, as trio's channels do
+            await trio.lowlevel.checkpoint_if_cancelled()
+            delivery = queue.popleft()
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return delivery
+        while not queue:
+            if not self._active:
+                raise self._ended()
+            await self._arrived.park()
+        return queue.popleft()
 
     async def next_batch(self) -> list[Delivery]:
         """Wait for the next delivery; return it with every other one already queued."""
-        return _take_ready(self._rx, [await self.next_delivery()])
+        batch = [await self.next_delivery()]
+        batch += self._queue
+        self._queue.clear()
+        return batch
 
     async def next(self) -> dict[str, Any]:
         """The attributes of the next event (see ``next_delivery``)."""
@@ -248,14 +283,17 @@ class AsyncSubscription:
             raise StopAsyncIteration from None
 
     def _put(self, delivery: Delivery) -> None:
-        self._tx.send_nowait(delivery)
+        if self._active:
+            self._queue.append(delivery)
+            if self._arrived:
+                self._arrived.unpark()
 
     def _close(self, error: ConnectionLost | None) -> None:
         """Accept nothing more; ``error`` is why (None: unsubscribed)."""
         if self._active:
             self._active = False
             self._end = error
-            self._tx.close()
+            self._arrived.unpark_all()
 
     def _ended(self) -> ClientError:
         if self._end is None:
@@ -710,15 +748,7 @@ class AsyncClient:
         reply.event.set()
 
     def _deliver(self, message: Deliver, t_ns: int) -> None:
-        delivery = Delivery(
-            message.event_id,
-            message.publisher,
-            message.attributes,
-            tuple(message.sub_ids),
-            tuple(message.path),
-            message.t_publish_ns,
-            t_ns,
-        )
+        delivery = _delivery_of(message, t_ns)
         subscriptions = self._subscriptions
         for sub_id in message.sub_ids:
             sub = subscriptions.get(sub_id)

@@ -1,0 +1,107 @@
+"""An AsyncSubscription's queue of deliveries, without a connection: order, batches,
+waiting, the end after what was queued, and checkpoints like trio's channels."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from broker.protocol import Deliver
+from client.aio import AsyncSubscription, ConnectionLost, SubscriptionClosed, _delivery_of
+from routing import parse_filter
+
+
+def _sub() -> AsyncSubscription:
+    return AsyncSubscription(None, 1, parse_filter("n exists"))  # type: ignore[arg-type]
+
+
+def _message(n: int) -> Deliver:
+    return Deliver([1], f"e{n}", "pub", {"n": n}, ["1"], 100 + n)
+
+
+def test_a_delivery_is_the_message_seen_by_the_client() -> None:
+    d = _delivery_of(Deliver([1, 4], "e", "p", {"n": 1}, ["1", "2"], 5), 9)
+    assert (d.event_id, d.publisher, d.attributes, d.sub_ids, d.path) == (
+        "e",
+        "p",
+        {"n": 1},
+        (1, 4),
+        ("1", "2"),
+    )
+    assert (d.t_publish_ns, d.t_deliver_ns) == (5, 9)
+    with pytest.raises(AttributeError):  # still frozen
+        d.event_id = "x"  # type: ignore[misc]
+
+
+def test_deliveries_come_in_order_and_batches_take_what_is_queued() -> None:
+    async def main() -> None:
+        sub = _sub()
+        for n in range(5):
+            sub._put(_delivery_of(_message(n), n))
+        assert (await sub.next_delivery()).event_id == "e0"
+        assert [d.event_id for d in await sub.next_batch()] == ["e1", "e2", "e3", "e4"]
+
+    trio.run(main)
+
+
+def test_a_waiting_consumer_is_woken_and_the_end_comes_after_the_queue() -> None:
+    async def main() -> None:
+        sub = _sub()
+        got: list[str] = []
+
+        async def consume() -> None:
+            async for attributes in sub:
+                got.append(attributes["n"])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            await trio.testing.wait_all_tasks_blocked()
+            sub._put(_delivery_of(_message(0), 0))
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == [0]
+            sub._put(_delivery_of(_message(1), 1))
+            sub._close(ConnectionLost("gone"))
+            sub._put(_delivery_of(_message(2), 2))  # after the end: not taken
+        assert got == [0, 1]
+        with pytest.raises(ConnectionLost, match="gone"):
+            await sub.next_delivery()
+
+    trio.run(main)
+
+
+def test_unsubscribed_ends_with_subscription_closed() -> None:
+    async def main() -> None:
+        sub = _sub()
+        sub._close(None)
+        with pytest.raises(SubscriptionClosed):
+            await sub.next_batch()
+
+    trio.run(main)
+
+
+def test_taking_a_queued_delivery_is_a_checkpoint() -> None:
+    """A consumer that always finds deliveries queued still lets other tasks run, and
+    is cancellable, as with trio's memory channels."""
+
+    async def main() -> None:
+        sub = _sub()
+        for n in range(1000):
+            sub._put(_delivery_of(_message(n), n))
+        other_ran = trio.Event()
+
+        async def other() -> None:
+            other_ran.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other)
+            for _ in range(100):  # trio may run a batch's tasks in either order
+                await sub.next_delivery()
+            assert other_ran.is_set()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await sub.next_delivery()
+        assert scope.cancelled_caught
+        assert len(sub._queue) == 900  # the cancelled call took nothing
+
+    trio.run(main)
