@@ -3,6 +3,8 @@ the process with more CPU per event as the limit."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from bench import fanout_cpu
@@ -18,3 +20,11 @@ def test_short_run_measures_both_processes() -> None:
     broker, client = result["broker_cpu_us_per_event"], result["client_cpu_us_per_event"]
     assert 0 < broker < 100_000 and 0 < client < 100_000
     assert result["limited_by"] == ("client" if client > broker else "broker")
+
+
+def test_the_collector_is_set_for_the_measured_runs_only() -> None:
+    before = gc.get_threshold(), gc.isenabled()
+    result = fanout_cpu.run(subscribers=1, events=2_000, reps=1, gc_mode="off")
+    assert result["gc"] == "off" and result["samples"][0]["events_per_s"] > 0
+    assert (gc.get_threshold(), gc.isenabled()) == before
+    assert gc.get_freeze_count() == 0
