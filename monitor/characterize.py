@@ -68,6 +68,17 @@ class Characterization:
     window_s: float
     problems: list[str] = field(default_factory=list)
 
+    def stage_means_us(self) -> dict[str, float]:
+        """The mean of each stage of an event's path (us): the link, publish and
+        delivery delays, and each broker's service time (`service BROKER`)."""
+        means = {
+            "link": self.link_delay_ns.mean(),
+            "publish": self.publish_delay_ns.mean(),
+            "deliver": self.deliver_delay_ns.mean(),
+            **{f"service {b}": samples.mean() for b, samples in self.service_ns.items()},
+        }
+        return {stage: float(mean) / 1e3 for stage, mean in means.items()}
+
 
 def characterize(run_dir: Path) -> Characterization:
     """Read RUN_DIR's traces and manifest into model inputs."""

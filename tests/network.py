@@ -14,7 +14,7 @@ from pathlib import Path
 from broker.probe import fetch_stats
 from broker.process import BrokerProcesses
 from broker.security import ClientCredentials
-from topologies import Topology, load_topology
+from topologies import Topology, load_case_study, load_topology
 from topologies.generators import to_toml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,6 +27,17 @@ def run_hop(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]
     return subprocess.run(
         [*HOP, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False
     )
+
+
+def on_free_ports(study_file: Path, out: Path) -> Path:
+    """A copy of the case study `study_file` at `out`, its brokers moved to ports free
+    on 127.0.0.1 now."""
+    study = load_case_study(study_file)
+    base = free_base_port(len(study.topology.brokers))
+    brokers = {b: dataclasses.replace(s, port=base + b) for b, s in study.topology.brokers.items()}
+    topology = dataclasses.replace(study.topology, base_port=base, brokers=brokers)
+    out.write_text(to_toml(dataclasses.replace(study, topology=topology)))
+    return out
 
 
 def free_base_port(count: int) -> int:

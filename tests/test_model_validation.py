@@ -29,21 +29,18 @@ times (README, "Predicting three times the load").
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from monitor.characterize import Characterization, characterize
+from monitor.characterize import characterize
 from monitor.elasticity import at_rate
+from monitor.measured import window_figures
 from monitor.predict import predict, target_workload, warmed
 from monitor.traces import read_table
-from tests.network import REPO, free_base_port, run_hop
-from topologies import load_case_study
-from topologies.generators import to_toml
+from tests.network import REPO, on_free_ports, run_hop
 
 pytestmark = pytest.mark.integration
 
@@ -71,16 +68,6 @@ TWO_RUN_GUARD = 0.25
 ONE_RUN_GUARD = 0.50
 
 
-def tree7_on_free_ports(tmp_path: Path, name: str) -> Path:
-    study = load_case_study(REPO / "topologies" / "tree7.toml")
-    base = free_base_port(7)
-    brokers = {b: dataclasses.replace(s, port=base + b) for b, s in study.topology.brokers.items()}
-    topology = dataclasses.replace(study.topology, base_port=base, brokers=brokers)
-    path = tmp_path / f"{name}.toml"
-    path.write_text(to_toml(dataclasses.replace(study, topology=topology)))
-    return path
-
-
 def hop_replay(tmp_path: Path, name: str, duration_s: float, warmup_s: float, scale: float) -> Path:
     """`hop replay` of tree7 (on ports free now) in a process of its own, as a user runs
     it: the clients then do not share this test process, whose large heap (Spark,
@@ -89,7 +76,7 @@ def hop_replay(tmp_path: Path, name: str, duration_s: float, warmup_s: float, sc
     out = tmp_path / name
     result = run_hop(
         "replay",
-        str(tree7_on_free_ports(tmp_path, name)),
+        str(on_free_ports(REPO / "topologies" / "tree7.toml", tmp_path / f"{name}.toml")),
         "--out",
         str(out),
         "--duration",
@@ -103,19 +90,6 @@ def hop_replay(tmp_path: Path, name: str, duration_s: float, warmup_s: float, sc
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return out
-
-
-def measured(run_dir: Path) -> tuple[dict[str, float], dict[str, float]]:
-    """Per-broker throughput and per-publisher mean latency (ms) in the window."""
-    phases = json.loads((run_dir / "manifest.json").read_text())["phases"]
-    lo, hi = phases["measure_start_ns"], phases["measure_end_ns"]
-    hops = read_table(run_dir, "hops").table.select(["broker", "t_arrival_ns"]).to_pandas()
-    hops = hops[hops["t_arrival_ns"].between(lo, hi)]
-    throughput = (hops.groupby("broker").size() / ((hi - lo) / 1e9)).to_dict()
-    dels = read_table(run_dir, "deliveries").table.to_pandas()
-    dels = dels[dels["t_publish_ns"].between(lo, hi)]
-    latency_ms = (dels["t_deliver_ns"] - dels["t_publish_ns"]) / 1e6
-    return throughput, latency_ms.groupby(dels["publisher"]).mean().to_dict()
 
 
 def predicted(run_dir: Path) -> tuple[dict[str, float], dict[str, float]]:
@@ -147,29 +121,18 @@ def _pair_weights(run_dir: Path) -> dict[tuple[str, str], float]:
     return {k: float(v) for k, v in dels.groupby(["publisher", "subscriber"]).size().items()}
 
 
-def stage_means_us(char: Characterization) -> dict[str, float]:
-    """The mean of each stage of an event's path (us): the link, publish and delivery
-    delays, and each broker's service time."""
-    means = {
-        "link": char.link_delay_ns.mean(),
-        "publish": char.publish_delay_ns.mean(),
-        "deliver": char.deliver_delay_ns.mean(),
-        **{f"service {b}": samples.mean() for b, samples in char.service_ns.items()},
-    }
-    return {stage: float(mean) / 1e3 for stage, mean in means.items()}
-
-
 def stage_columns(calibration: Path, second: Path) -> dict[str, dict[str, float]]:
-    """`stage_means_us` of the two characterization runs, and of their samples as the
-    model uses them at 3x the load: carried by the two runs' elasticities
-    (`monitor.elasticity`) or drawn again by idle gaps from the first (`warmed`)."""
+    """The stage means (`Characterization.stage_means_us`) of the two characterization
+    runs, and of their samples as the model uses them at 3x the load: carried by the
+    two runs' elasticities (`monitor.elasticity`) or drawn again by idle gaps from the
+    first (`warmed`)."""
     low, high = characterize(calibration), characterize(second)
     target = target_workload(low, None, None, SCALE, True)
     return {
-        "at_1x": stage_means_us(low),
-        f"at_{SECOND}x": stage_means_us(high),
-        "carried_to_3x": stage_means_us(at_rate(low, high, sum(target.rates.values()))),
-        "drawn_for_3x": stage_means_us(warmed(low, target)),
+        "at_1x": low.stage_means_us(),
+        f"at_{SECOND}x": high.stage_means_us(),
+        "carried_to_3x": at_rate(low, high, sum(target.rates.values())).stage_means_us(),
+        "drawn_for_3x": warmed(low, target).stage_means_us(),
     }
 
 
@@ -212,7 +175,7 @@ def test_three_times_the_load_is_predicted_from_low_load_runs(tmp_path: Path) ->
     want_throughput = pd.DataFrame([t for t, _ in two_run]).median().to_dict()
     predicted_by_run = pd.DataFrame([lat for _, lat in two_run])
     want_latency = predicted_by_run.median().to_dict()
-    runs = [measured(measurement) for _, _, measurement in rounds]
+    runs = [window_figures(measurement) for _, _, measurement in rounds]
     throughput = pd.DataFrame([t for t, _ in runs]).median().to_dict()
     by_run = pd.DataFrame([lat for _, lat in runs])
     latency = by_run.median().to_dict()
@@ -240,7 +203,7 @@ def test_three_times_the_load_is_predicted_from_low_load_runs(tmp_path: Path) ->
         {
             **{column: pd.DataFrame([c[column] for c in stages]).median() for column in stages[0]},
             "measured_3x": pd.DataFrame(
-                [stage_means_us(characterize(m)) for _, _, m in rounds]
+                [characterize(m).stage_means_us() for _, _, m in rounds]
             ).median(),
         }
     )

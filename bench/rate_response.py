@@ -1,0 +1,103 @@
+"""How this host's costs move with the rate: one workload replayed at a sequence of
+rates, each stage's mean per run.
+
+A model that characterizes at one rate and predicts another must know how the cost
+of each stage (the hop between brokers, the publish and delivery hand-overs, the
+brokers' service times) changes with the load. This replays a case study (default
+`topologies/tree7.toml`, the model validation's) with `hop replay`, each run a process
+of its own, once per rate scale in the order given (a palindrome such as 1 1.5 3 3
+1.5 1 shows whether the order matters). Every run publishes the same events (same
+seed, gaps divided by the scale, the duration too). Per run it prints and records the
+stage means (`Characterization.stage_means_us`) and each publisher's mean latency
+(`monitor.measured`). Traces go to a temporary folder.
+Run: ``python -m bench.rate_response [--study FILE] [--scales S ...] [--seconds T]``
+(T: the duration at scale 1; 24 s by default, as the validation's calibration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.common import median, write_result
+from monitor.characterize import characterize
+from monitor.measured import window_figures
+from tests.network import REPO, on_free_ports, run_hop
+
+WARMUP_FRACTION = 1 / 8  # of the measured duration, as in the model validation
+
+
+def replay(study: Path, workdir: Path, name: str, seconds: float, scale: float) -> Path:
+    """One `hop replay` of `study` at `scale` for `seconds / scale`; its run folder."""
+    out = workdir / name
+    duration = seconds / scale
+    result = run_hop(
+        "replay",
+        str(on_free_ports(study, workdir / f"{name}.toml")),
+        "--out",
+        str(out),
+        "--duration",
+        str(duration),
+        "--warmup",
+        str(duration * WARMUP_FRACTION),
+        "--rate-scale",
+        str(scale),
+        "--quiet",
+        timeout=duration * (1 + WARMUP_FRACTION) + 120,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"hop replay at x{scale} failed: {result.stderr[-2000:]}")
+    return out
+
+
+def run(study: Path, scales: list[float], seconds: float) -> dict[str, Any]:
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, scale in enumerate(scales):
+            run_dir = replay(study, Path(tmp), f"run{i}", seconds, scale)
+            stages = characterize(run_dir).stage_means_us()
+            services = [v for k, v in stages.items() if k.startswith("service ")]
+            _, latency_ms = window_figures(run_dir)
+            row = {
+                "scale": scale,
+                **{k: round(v, 1) for k, v in stages.items()},
+                "service_mean_us": round(sum(services) / len(services), 1),
+                "latency_ms": {p: round(v, 3) for p, v in sorted(latency_ms.items())},
+            }
+            runs.append(row)
+            print(_line(row), flush=True)
+    by_scale = {
+        scale: {
+            stage: median([r[stage] for r in runs if r["scale"] == scale])
+            for stage in ("link", "publish", "deliver", "service_mean_us")
+        }
+        for scale in sorted(set(scales))
+    }
+    return {"study": study.name, "seconds_at_scale_1": seconds, "runs": runs, "medians": by_scale}
+
+
+def _line(row: dict[str, Any]) -> str:
+    latency = ", ".join(f"{p} {v}" for p, v in row["latency_ms"].items())
+    return (
+        f"x{row['scale']}: link {row['link']:.0f} us, publish {row['publish']:.0f} us, "
+        f"deliver {row['deliver']:.0f} us, service (mean of brokers) "
+        f"{row['service_mean_us']:.0f} us; latency (ms) {latency}"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--study", type=Path, default=REPO / "topologies" / "tree7.toml")
+    parser.add_argument(
+        "--scales", type=float, nargs="+", default=[1, 1.5, 3, 3, 1.5, 1], help="in order"
+    )
+    parser.add_argument("--seconds", type=float, default=24.0, help="duration at scale 1")
+    args = parser.parse_args(argv)
+    result = run(args.study, args.scales, args.seconds)
+    print(write_result("rate_response", result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""bench.rate_response: short replays at two rates give each stage's mean and each
+publisher's latency per run, in the order asked."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import rate_response
+from tests.network import REPO
+
+pytestmark = pytest.mark.integration
+
+
+def test_two_short_replays_are_characterized_in_order() -> None:
+    result = rate_response.run(REPO / "topologies" / "tree7.toml", [2.0, 1.0], seconds=4.0)
+    assert [r["scale"] for r in result["runs"]] == [2.0, 1.0]
+    for row in result["runs"]:
+        assert row["link"] > 0 and row["publish"] > 0 and row["deliver"] > 0
+        assert row["service_mean_us"] > 0
+        assert set(row["latency_ms"]) == {"pub1", "pub2", "pub3", "pub4"}
+        assert all(v > 0 for v in row["latency_ms"].values())
+    assert set(result["medians"]) == {1.0, 2.0}
