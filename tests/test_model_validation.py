@@ -55,9 +55,9 @@ LATENCY_TARGET = 0.15  # issue 6, printed: not met reliably (below)
 # worst error was 12.6 % alone and 15.2 % in a fresh-clone `make test` on 2026-11-24;
 # on 2026-11-25, 6.9 % with the broker of then and 17.3 % once the broker wrote
 # through (which made the measured latencies 15-20 % shorter, not the predicted ones).
-# Runs at 1x, 1.5x, 3x, 3x, 1.5x, 1x, 1x, 1.5x, 3x showed why (no order effect): the
-# stages' means barely move from 1x to 1.5x and fall 10-20 % from 1.5x to 3x, a step
-# of the host that a power of the rate fitted between 1x and 1.5x cannot foresee.
+# `python -m bench.rate_response` shows why (no order effect): from 1.5x to 3x the
+# brokers' service times and the link fall about twice as much as a power of the rate
+# fitted between 1x and 1.5x says (README, "Predicting three times the load").
 TWO_RUN_GUARD = 0.25
 # The prediction from the 1x run alone (its samples drawn again by idle gaps,
 # `monitor.warmth`) is guarded against gross regression only: on 2026-11-24 the same
