@@ -544,6 +544,22 @@ def encode_message(message: Message) -> bytes:
     return _packer.pack(message._WIRE(message))
 
 
+def encode_forwarded(event: Publish, broker_id: str) -> bytes:
+    """``encode_message(event.with_hop(broker_id))``, the same bytes, without building
+    the forwarded message (once per routed event: it halves the cost of encoding)."""
+    _check_str(broker_id, "encode_forwarded(broker_id)")
+    return _packer.pack(
+        (
+            Publish.TYPE,
+            event.event_id,
+            event.publisher,
+            event.attributes,
+            [*event.path, broker_id],
+            event.t_publish_ns,
+        )
+    )
+
+
 # A Publish payload is [20, *fields] and a Deliver payload [21, sub_ids, *the same
 # fields]; a msgpack array is its header followed by its elements, so a Deliver can be
 # spliced from a Publish's encoding without encoding the event again. Both headers are

@@ -71,6 +71,7 @@ from broker.messages import (
     Welcome,
     decode_message,
     deliver_head,
+    encode_forwarded,
     encode_message,
 )
 
@@ -116,6 +117,7 @@ __all__ = [
     "encode_frame",
     "encode_message",
     "error_frame",
+    "forwarded_frame",
     "frame_starts",
 ]
 
@@ -198,11 +200,20 @@ _LIMITED = frozenset({Publish, Subscribe, Unsubscribe})
 def encode_frame(message: Message, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
     """One complete frame for ``message``, e.g. to encode an event once and write the
     same bytes to many links (see ``Connection.send``'s ``frame`` argument)."""
-    payload = encode_message(message)
+    return _framed(type(message).__name__, encode_message(message), max_frame)
+
+
+def forwarded_frame(event: Publish, broker_id: str, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
+    """``encode_frame(event.with_hop(broker_id), max_frame)``, the same bytes, without
+    building the forwarded message (`messages.encode_forwarded`). Send it with
+    ``Connection.send_encoded(Publish, frame)``; `deliver_frame` makes Delivers of it."""
+    return _framed("Publish", encode_forwarded(event, broker_id), max_frame)
+
+
+def _framed(kind: str, payload: bytes, max_frame: int) -> bytes:
     if len(payload) > max_frame:
         raise ProtocolError(
-            ERR_FRAMING,
-            f"{type(message).__name__} needs {len(payload)} bytes, over the maximum of {max_frame}",
+            ERR_FRAMING, f"{kind} needs {len(payload)} bytes, over the maximum of {max_frame}"
         )
     return _LENGTH.pack(len(payload)) + payload
 

@@ -93,8 +93,8 @@ from broker.protocol import (
     Unsubscribe,
     Welcome,
     deliver_frame,
-    encode_frame,
     error_frame,
+    forwarded_frame,
     frame_starts,
 )
 from broker.security import ERR_AUTH, BrokerSecurity, secret_matches
@@ -643,19 +643,18 @@ class Broker:
             return
         decision = self.router.route(link.link_id, event.attributes)
         self.events_routed += 1
-        forwarded = event.with_hop(self.name)
         links = self.links
         sends: list[tuple[Link, bytes]] = []
         missed: list[str] = []  # "REASON:LINK" of each target that does not get it
         max_frame = self.config.max_frame
         if decision.forward or decision.deliver:  # the event is encoded once
-            frame = encode_frame(forwarded, max_frame)
+            frame = forwarded_frame(event, self.name, max_frame)
         for target in decision.forward:
             out = links.get(target)
             if out is None or out.queue.closed:
                 missed.append(f"link-down:{target}")
             else:
-                sends.append((out, out.conn.send(forwarded, frame)))
+                sends.append((out, out.conn.send_encoded(Publish, frame)))
         for target, sub_ids in decision.deliver.items():
             out = links.get(target)
             if out is None or out.queue.closed:

@@ -1,5 +1,7 @@
-"""A Deliver spliced from its event's Publish frame (`broker.protocol.deliver_frame`) is
-byte for byte the Deliver encoded on its own, and is checked as such."""
+"""The frames a broker builds per routed event without building messages: the
+forwarded Publish (`broker.protocol.forwarded_frame`) and a Deliver spliced from it
+(`deliver_frame`) are byte for byte the messages encoded on their own, and are checked
+as such."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from broker.protocol import (
     Welcome,
     deliver_frame,
     encode_frame,
+    forwarded_frame,
 )
 from tests.strategies import events
 
@@ -35,6 +38,30 @@ def test_the_spliced_deliver_is_the_encoded_one(
 ) -> None:
     event = Publish("pub:1", "pub", attributes, path, t_ns)
     assert deliver_frame(encode_frame(event), sub_ids) == encode_frame(event.to_deliver(sub_ids))
+
+
+@given(
+    attributes=events,
+    path=st.lists(st.text(max_size=5), max_size=20),
+    hop=st.text(max_size=8),
+    sub_ids=sub_id_lists,
+)
+def test_the_forwarded_frame_is_the_encoded_one(
+    attributes: dict, path: list[str], hop: str, sub_ids: list[int]
+) -> None:
+    event = Publish("pub:1", "pub", attributes, path, 7)
+    frame = forwarded_frame(event, hop)
+    assert frame == encode_frame(event.with_hop(hop))
+    assert deliver_frame(frame, sub_ids) == encode_frame(event.with_hop(hop).to_deliver(sub_ids))
+
+
+def test_a_bad_hop_or_a_forwarded_event_too_large_is_refused_by_name() -> None:
+    event = Publish("e", "p", {"n": 1}, [], 5)
+    with pytest.raises(ProtocolError, match=r"encode_forwarded\(broker_id\): expected str"):
+        forwarded_frame(event, 4)  # type: ignore[arg-type]
+    size = len(encode_frame(event.with_hop("1"))) - 4
+    with pytest.raises(ProtocolError, match=f"Publish needs {size} bytes, over the maximum"):
+        forwarded_frame(event, "1", max_frame=size - 1)
 
 
 def test_bad_sub_ids_and_frames_are_refused_by_name() -> None:
