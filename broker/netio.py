@@ -30,14 +30,14 @@ async def receive_some(stream: trio.abc.Stream, fd: int | None, max_bytes: int) 
     if fd is None:
         return await stream.receive_some(max_bytes)
     await trio.lowlevel.checkpoint_if_cancelled()
+    waited = False
     while True:
         try:
             data = os.read(fd, max_bytes)
-        except BlockingIOError:
+        except BlockingIOError:  # (also when woken without data)
             await trio.lowlevel.wait_readable(fd)
-            try:
-                return os.read(fd, max_bytes)
-            except BlockingIOError:  # woken without data: wait again
-                continue
-        await trio.lowlevel.cancel_shielded_checkpoint()
+            waited = True
+            continue
+        if not waited:
+            await trio.lowlevel.cancel_shielded_checkpoint()
         return data

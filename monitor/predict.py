@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from monitor.characterize import Characterization, characterize
 from monitor.elasticity import at_rate
+from monitor.measured import in_window
 from monitor.model.network import EventClass, Host, Network, Station, Tree
 from monitor.model.operational import analyze as operational
 from monitor.model.simulation import simulate
@@ -176,19 +177,12 @@ def build_network(char: Characterization, target: Target) -> Network:
 
 def measured_values(char: Characterization) -> dict[tuple[str, str, str], float]:
     """The run's own per-broker throughput and per-pair mean latency (window only)."""
-    from monitor.traces import read_table
-
-    phases = char.manifest["phases"]
-    lo, hi = phases["measure_start_ns"], phases["measure_end_ns"]
-    hops = read_table(char.run_dir, "hops").table.select(["broker", "t_arrival_ns"]).to_pandas()
-    hops = hops[hops["t_arrival_ns"].between(lo, hi)]
+    throughput, latency = in_window(char.run_dir)
     out: dict[tuple[str, str, str], float] = {}
-    for broker, n in hops.groupby("broker").size().items():
-        out[("broker", broker, "throughput")] = n / char.window_s
-    dels = read_table(char.run_dir, "deliveries").table.to_pandas()
-    dels = dels[dels["t_publish_ns"].between(lo, hi)]
-    latency = (dels["t_deliver_ns"] - dels["t_publish_ns"]) / 1e6
-    for (pub, sub), mean in latency.groupby([dels["publisher"], dels["subscriber"]]).mean().items():
+    for broker, rate in throughput.items():
+        out[("broker", broker, "throughput")] = float(rate)
+    pairs = latency.groupby(["publisher", "subscriber"])["latency_ms"].mean()
+    for (pub, sub), mean in pairs.items():
         out[("pair", f"{pub}>{sub}", "latency_ms")] = float(mean)
     return out
 
