@@ -28,11 +28,16 @@ the broker keeps only what it alone knows and ships it as it is:
   event itself says (id, type, publisher, path, size), so the broker never copies it.
 
 `flush` marshals the little that is not bytes (reads' values, notes, link names) and
-hands it, the events' packed rows and the reads' frames to a thread that writes them to
-the writer process's stdin with `os.writev` (the GIL released: the broker's thread
-never copies the bulk of it); the writer builds the Arrow columns and writes a record
-batch per blob. A blob goes at least every `flush_rows` events or `flush_bytes` of
-frames, and once a second from the broker's flush task. `close` ships the rest, and
+hands it, each read's packed rows and frames (as they are, not joined) to a thread that
+writes them to the writer process's stdin with `os.writev` (the GIL released: the
+broker's thread never copies the bulk of it); the writer builds the Arrow columns and
+writes a record batch per blob. A blob goes at least every `flush_rows` events or
+`flush_bytes` of frames, and once a second from the broker's flush task. Each blob costs
+the broker more than its bytes (the shipping thread's wake-ups and GIL hand-overs,
+the pipe): in `bench.tracing_overhead`, blobs of 65,536 rather than 8,192 events and a
+read's rows kept as they are rather than joined took tracing's cost from 8.3 % to
+5.9-6.7 % (README, "Tracing"), for a trace at most about half a second behind a
+saturated broker (some 12 MB of 150-byte events' frames held). `close` ships the rest, and
 waits for the writer to finish the file: a broker stopped with SIGTERM or Ctrl-C
 leaves a complete trace. The writer ignores those signals and ends at the end of its
 input, so it also finishes the file when the broker is killed (losing only what the
@@ -112,8 +117,8 @@ class HopRecorder:
         trace_dir: Path,
         run_id: str,
         broker: str,
-        flush_rows: int = 8192,
-        flush_bytes: int = 8 << 20,
+        flush_rows: int = 65536,
+        flush_bytes: int = 16 << 20,
         queue_bytes: int = 256 << 20,
     ) -> None:
         self.path = trace_path(trace_dir, "hops", f"broker{broker}")
@@ -130,7 +135,8 @@ class HopRecorder:
         self._reads: list[tuple[Any, ...]] = []
         self._frames: list[bytes] = []  # of each read
         self._frame_bytes = 0
-        self._rows = bytearray()  # an EVENT_ROW each
+        self._rows: list[bytes | bytearray] = []  # of each read: an EVENT_ROW per event
+        self._row_bytes = 0
         self._writer = subprocess.Popen(
             [sys.executable, "-m", "monitor.hop_writer", str(self.path), run_id, broker],
             stdin=subprocess.PIPE,
@@ -148,7 +154,7 @@ class HopRecorder:
     @property
     def buffered(self) -> int:
         """Rows not shipped yet."""
-        return len(self._rows) // EVENT_ROW.size
+        return self._row_bytes // EVENT_ROW.size
 
     def name_link(self, link_id: str, node: str, kind: str) -> None:
         """How the `to_nodes` (kind "broker") or `delivered_to` (other kinds) column
@@ -170,7 +176,8 @@ class HopRecorder:
         of `READ_FIELDS`, `frames` the read's frames (its messages', in order), `rows`
         the `EVENT_ROW` of each event, one event after the other, and `notes` the
         read's notes (see the module doc; a MARK at index `batch` for its end)."""
-        self._rows += rows
+        self._rows.append(rows)  # kept as it is, not copied: see `flush`
+        self._row_bytes += len(rows)
         self._reads.append((read, len(frames), len(rows) // EVENT_ROW.size, notes))
         self._frames.append(frames)
         self._frame_bytes += len(frames)
@@ -179,15 +186,15 @@ class HopRecorder:
 
     def flush(self) -> None:
         """Hand what is buffered to the writer process."""
-        if not self._rows and not self._names:
+        if not self._row_bytes and not self._names:
             return
         rows = self.buffered
         meta = marshal.dumps((self._names, self._new_outcomes, self._reads))
-        packed = self._rows
-        blob = [BLOB_HEADER.pack(len(meta), len(packed)), meta, packed, *self._frames]
-        size = len(meta) + len(packed) + self._frame_bytes
-        self._names, self._new_outcomes, self._reads, self._rows = {}, {}, [], bytearray()
-        self._frames, self._frame_bytes = [], 0
+        header = BLOB_HEADER.pack(len(meta), self._row_bytes)
+        blob = [header, meta, *self._rows, *self._frames]
+        size = len(meta) + self._row_bytes + self._frame_bytes
+        self._names, self._new_outcomes, self._reads = {}, {}, []
+        self._rows, self._row_bytes, self._frames, self._frame_bytes = [], 0, [], 0
         with self._queued_lock:
             room = self._queued + size <= self.queue_bytes
             if room:
