@@ -484,13 +484,15 @@ _BY_CODE = _register(MESSAGE_TYPES)
 # values already checked, the slot descriptors are set directly (several times cheaper).
 
 
-def _slot_setters(cls: type) -> tuple[Any, ...]:
+def slot_setters(cls: type) -> tuple[Any, ...]:
+    """The `__set__` of each field's slot of the slotted dataclass `cls`, in field
+    order: for building instances of a frozen one without its `__init__`."""
     return tuple(getattr(cls, f.name).__set__ for f in fields(cls))
 
 
 _new = object.__new__
-_PUBLISH_SETTERS = _slot_setters(Publish)
-_DELIVER_SETTERS = _slot_setters(Deliver)
+_PUBLISH_SETTERS = slot_setters(Publish)
+_DELIVER_SETTERS = slot_setters(Deliver)
 
 
 def _build_publish(

@@ -42,7 +42,6 @@ The reconnecting client also sends Ping to the broker when it has heard nothing 
 """
 
 import contextlib
-import dataclasses
 import itertools
 import math
 import random
@@ -58,6 +57,7 @@ from typing import Any, TypeVar, cast
 
 import trio
 
+from broker.messages import slot_setters
 from broker.netio import receive_some, socket_fd
 from broker.protocol import (
     PROTOCOL_VERSION,
@@ -165,7 +165,7 @@ class Delivery:
     t_deliver_ns: int
 
 
-_DELIVERY_SETTERS = tuple(getattr(Delivery, f.name).__set__ for f in dataclasses.fields(Delivery))
+_DELIVERY_SETTERS = slot_setters(Delivery)
 
 
 def _delivery_of(message: Deliver, t_deliver_ns: int) -> Delivery:
