@@ -32,12 +32,13 @@ hands it, each read's packed rows and frames (as they are, not joined) to a thre
 writes them to the writer process's stdin with `os.writev` (the GIL released: the
 broker's thread never copies the bulk of it); the writer builds the Arrow columns and
 writes a record batch per blob. A blob goes at least every `flush_rows` events or
-`flush_bytes` of frames, and once a second from the broker's flush task. Each blob costs
-the broker more than its bytes (the shipping thread's wake-ups and GIL hand-overs,
-the pipe): in `bench.tracing_overhead`, blobs of 65,536 rather than 8,192 events and a
-read's rows kept as they are rather than joined took tracing's cost from 8.3 % to
-5.9-6.7 % (README, "Tracing"), for a trace at most about half a second behind a
-saturated broker (some 12 MB of 150-byte events' frames held). `close` ships the rest, and
+`flush_bytes` of frames, and once a second from the broker's flush task. Handing blobs
+over cost a saturated broker more than copying their bytes would explain, and fewer,
+larger ones cost less: in `bench.tracing_overhead`, blobs of 65,536 rather than 8,192
+events, and a read's rows kept as they are rather than joined, took tracing's cost
+from 8.3 % to 5.9-6.7 % (README, "Tracing"). The price: a trace up to about half a
+second behind a saturated broker, which holds some 12 MB of 150-byte events' frames
+meanwhile. `close` ships the rest, and
 waits for the writer to finish the file: a broker stopped with SIGTERM or Ctrl-C
 leaves a complete trace. The writer ignores those signals and ends at the end of its
 input, so it also finishes the file when the broker is killed (losing only what the
