@@ -38,6 +38,7 @@ from typing import Any
 
 from bench import matching, mqtt, throughput, tracing_overhead, tree15, wakeup
 from bench.common import lookup, write_result
+from broker.process import unwind_on_sigterm
 
 NAMES = (
     "link",
@@ -196,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the under-5-minutes version")
     parser.add_argument("--only", nargs="+", choices=NAMES, metavar="NAME", help=", ".join(NAMES))
     args = parser.parse_args(argv)
+    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
     selected = [n for n in NAMES if n in (args.only or NAMES)]
     settings = throughput.Settings.quick() if args.quick else throughput.Settings.full()
     run = Run()

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.common import write_result
+from broker.process import unwind_on_sigterm
 from monitor.schema import DELIVERIES, HOPS, PUBLICATIONS
 
 BROKERS = range(1, 16)
@@ -289,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", help="Spark master (default: local[*])")
     parser.add_argument("--out", type=Path, help="result JSON (default: bench/results/)")
     args = parser.parse_args(argv)
+    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
 
     from monitor.analysis import analyze
     from monitor.spark import spark_session

@@ -64,6 +64,7 @@ from bench.throughput import (
     start_process,
     stop_process,
 )
+from broker.process import unwind_on_sigterm
 from tests.network import free_base_port
 
 TOPIC = "bench/events"
@@ -407,6 +408,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer events and repetitions")
     parser.add_argument("--only", nargs="+", choices=["amqtt", "mosquitto"])
     args = parser.parse_args(argv)
+    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
     settings = Settings.quick() if args.quick else Settings.full()
     with tempfile.TemporaryDirectory(prefix="bench-mqtt-") as tmp:
         result = run(args.only or ["amqtt", "mosquitto"], settings, Path(tmp))

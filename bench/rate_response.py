@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import median, write_result
+from broker.process import unwind_on_sigterm
 from monitor.characterize import characterize
 from monitor.measured import window_figures
 from tests.network import REPO, on_free_ports, run_hop
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--seconds", type=float, default=24.0, help="duration at scale 1")
     args = parser.parse_args(argv)
+    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
     result = run(args.study, args.scales, args.seconds)
     print(write_result("rate_response", result))
 

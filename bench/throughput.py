@@ -59,7 +59,7 @@ import client
 from bench.common import median, write_result
 from bench.relay import READ_SIZE, FrameDecoder, handshake
 from broker.limits import Limits
-from broker.process import StartupError, port_accepts
+from broker.process import StartupError, port_accepts, unwind_on_sigterm
 from broker.protocol import (
     PROTOCOL_VERSION,
     Connection,
@@ -985,6 +985,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer events and repetitions")
     args = parser.parse_args(argv)
+    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
     settings = Settings.quick() if args.quick else Settings.full()
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         workdir = Path(tmp)

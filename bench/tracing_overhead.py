@@ -34,7 +34,7 @@ import numpy as np
 import trio
 
 from bench.common import median, write_result
-from broker.process import BrokerProcesses
+from broker.process import BrokerProcesses, unwind_on_sigterm
 from broker.protocol import (
     PROTOCOL_VERSION,
     Connection,
@@ -278,6 +278,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=8, help="fresh pairs of brokers")
     parser.add_argument("--pairs", type=int, default=12, help="pairs of segments per round")
     args = parser.parse_args(argv)
+    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
     shape = (20_000, 2, 4) if args.quick else (args.events, args.rounds, args.pairs)
     result = run(*shape)
     print(write_result("tracing_overhead", result))

@@ -42,6 +42,7 @@ import trio
 import client
 from bench.common import write_result
 from bench.throughput import latency_summary, retry_ports, start_network_on
+from broker.process import unwind_on_sigterm
 from monitor.workload import EventGenerator
 from routing import MatchIndex, parse_filter
 from tests.network import REPO, Network
@@ -274,6 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter steps, one bisection")
     args = parser.parse_args(argv)
+    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
     with tempfile.TemporaryDirectory(prefix="bench-tree15-") as tmp:
         result = run(args.quick, Path(tmp))
     print(write_result("tree15", result))

@@ -27,6 +27,7 @@ import trio
 
 from bench import throughput
 from bench.common import median, write_result
+from broker.process import unwind_on_sigterm
 
 RATES = (400.0, 2000.0)
 FILLER = throughput.TOTAL_SUBSCRIPTIONS - 1
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 repetitions of 2 s")
     args = parser.parse_args(argv)
+    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
     with tempfile.TemporaryDirectory(prefix="bench-wakeup-") as tmp:
         result = run(args.quick, Path(tmp))
     for name, per_rate in result["systems"].items():

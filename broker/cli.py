@@ -22,7 +22,7 @@ import trio
 
 from broker import logs
 from broker.limits import Limits
-from broker.process import BrokerProcesses, StartupError, run_broker
+from broker.process import BrokerProcesses, StartupError, run_broker, unwind_on_sigterm
 from broker.protocol import DEFAULT_MAX_FRAME
 from broker.security import (
     SECRET_ENV,
@@ -573,17 +573,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logs.configure(args.log_level)
     if args.command in ("replay", "validate"):
-        # SIGTERM as Ctrl-C: unwind, so the brokers these commands started are stopped
-        signal.signal(signal.SIGTERM, _interrupt)
+        unwind_on_sigterm()  # so the brokers these commands started are stopped
     try:
         return args.func(args)
     except (BadInput, TopologyError, FilterSyntaxError) as exc:

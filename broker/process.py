@@ -59,6 +59,18 @@ def _listen_problem(topology: Topology, broker_id: int, exc: OSError) -> str:
     return f"broker {broker_id}: cannot listen on {host}:{port}: {reason}"
 
 
+def unwind_on_sigterm() -> None:
+    """Make SIGTERM unwind this process as Ctrl-C does (KeyboardInterrupt), so that the
+    `finally` clauses and `with` blocks stopping the processes it started (brokers,
+    relays, MQTT brokers) run. By default SIGTERM ends Python at once and leaves them
+    running. For the main thread of a command that starts child processes."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def port_accepts(host: str, port: int, timeout: float = 0.2) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):

@@ -1,0 +1,77 @@
+"""A benchmark killed with SIGTERM stops the processes it started (its brokers, and
+their trace writers) instead of leaving them running (`broker.process.unwind_on_sigterm`)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.network import REPO
+
+pytestmark = pytest.mark.integration
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    try:
+        return [int(child) for child in path.read_text().split()]
+    except FileNotFoundError:
+        return []
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a process that has not exited (a zombie has)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _gone_within(pids: list[int], seconds: float) -> list[int]:
+    """The `pids` still running after waiting up to `seconds` for them to end."""
+    deadline = time.monotonic() + seconds
+    while (left := [pid for pid in pids if _running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_sigterm_stops_the_brokers_a_benchmark_started() -> None:
+    # Far more pairs than it could finish: it is stopped long before writing a result.
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "bench.tracing_overhead", "--events", "20000"]
+        + ["--rounds", "1", "--pairs", "1000"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    started: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        brokers: list[int] = []
+        while len(brokers) < 2 and time.monotonic() < deadline:  # one traced, one not
+            brokers = _children(bench.pid)
+            time.sleep(0.1)
+        assert len(brokers) == 2, f"the benchmark started {len(brokers)} brokers, not 2"
+        writers: list[int] = []
+        while not writers and time.monotonic() < deadline:  # the traced one's writer
+            writers = [w for broker in brokers for w in _children(broker)]
+            time.sleep(0.1)
+        started = brokers + writers
+        assert writers, "the traced broker started no trace writer"
+        time.sleep(1.0)  # into the measured segments
+        bench.send_signal(signal.SIGTERM)
+        bench.wait(60)
+        assert _gone_within(started, 30) == []
+    finally:
+        for pid in [bench.pid, *started]:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+        bench.wait(10)
