@@ -42,6 +42,7 @@ from monitor.replay import process_cpu_s
 
 GC_MODES = ("default", "tuned", "off")
 GC_TUNED_THRESHOLD = 50_000
+_GC_DEFAULT = gc.get_threshold()
 
 
 def _set_gc(mode: str) -> None:
@@ -54,9 +55,6 @@ def _set_gc(mode: str) -> None:
         gc.set_threshold(GC_TUNED_THRESHOLD, *_GC_DEFAULT[1:])
     else:
         gc.disable()
-
-
-_GC_DEFAULT = gc.get_threshold()
 
 
 async def measure(
@@ -129,8 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     print(write_result(f"fanout_cpu_{args.subscribers}{suffix}", result))
     print(
         f"1-to-{args.subscribers}, gc {args.gc}: {result['events_per_s']} events/s; CPU per "
-        f"event: broker "
-        f"{result['broker_cpu_us_per_event']} us, client process "
+        f"event: broker {result['broker_cpu_us_per_event']} us, client process "
         f"{result['client_cpu_us_per_event']} us (limited by the {result['limited_by']})"
     )
 

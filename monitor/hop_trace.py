@@ -38,11 +38,10 @@ larger ones cost less: in `bench.tracing_overhead`, blobs of 65,536 rather than 
 events, and a read's rows kept as they are rather than joined, took tracing's cost
 from 8.3 % to 5.9-6.7 % (README, "Tracing"). The price: a trace up to about half a
 second behind a saturated broker, which holds some 12 MB of 150-byte events' frames
-meanwhile. `close` ships the rest, and
-waits for the writer to finish the file: a broker stopped with SIGTERM or Ctrl-C
-leaves a complete trace. The writer ignores those signals and ends at the end of its
-input, so it also finishes the file when the broker is killed (losing only what the
-broker had not shipped).
+meanwhile. `close` ships the rest, and waits for the writer to finish the file: a
+broker stopped with SIGTERM or Ctrl-C leaves a complete trace. The writer ignores
+those signals and ends at the end of its input, so it also finishes the file when the
+broker is killed (losing only what the broker had not shipped).
 
 If the writer falls behind by more than `queue_bytes` of blobs, or is gone, blobs are
 dropped and counted (`rows_lost`, logged once): the broker keeps routing either way.
