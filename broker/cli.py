@@ -307,7 +307,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         methods,
         measured_rates=args.measured_rates,
         warm=not args.as_measured,
-        second_run=Path(args.second_run) if args.second_run else None,
+        other_runs=[Path(run) for run in args.other_runs],
     )
     print(json.dumps(summary, indent=2, default=str))
     return EXIT_OK
@@ -518,10 +518,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="use service times and delays as measured, not reweighted for the target rates",
     )
     p.add_argument(
-        "--second-run",
+        "--other-runs",
+        nargs="+",
+        default=[],
         metavar="RUN_DIR2",
-        help="a run of the same workload at other rates: each stage's cost is carried to "
-        "the target rate by how it changed between the two runs (monitor.elasticity)",
+        help="runs of the same workload, at least one at another rate: each stage's cost "
+        "is carried to the target rate by how it changed between the rates, and runs at "
+        "one rate are pooled (monitor.elasticity)",
     )
     p.set_defaults(func=cmd_predict)
 

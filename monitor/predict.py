@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from monitor.characterize import Characterization, characterize
-from monitor.elasticity import at_rate
+from monitor.elasticity import carried
 from monitor.measured import in_window
 from monitor.model.network import EventClass, Host, Network, Station, Tree
 from monitor.model.operational import analyze as operational
@@ -197,13 +198,14 @@ def predict(
     max_wall_s: float = 20.0,
     measured_rates: bool = False,
     warm: bool = True,
-    second_run: Path | None = None,
+    other_runs: Sequence[Path] = (),
 ) -> dict[str, Any]:
     """Write RUN_DIR/analysis/predictions.parquet; return a summary.
 
-    With `second_run` (a run of the same workload at other rates) each stage's samples
-    are carried to the target's rate by how the stage changed between the two runs
-    (`monitor.elasticity`). Otherwise, with `warm` (the default), the run's samples are
+    With `other_runs` (runs of the same workload, at least one at another rate than
+    RUN_DIR's; repeats at one rate are pooled) each stage's samples are carried to the
+    target's rate by how the stage changed between the rates (`monitor.elasticity`).
+    Otherwise, with `warm` (the default), the run's samples are
     drawn again for the target's rates (`warmed`); without it they are taken as
     measured, as the thesis does.
     """
@@ -213,9 +215,10 @@ def predict(
     char = characterize(run_dir)
     target = target_workload(char, study_file, scenario, rate_scale, measured_rates)
     summary: dict[str, Any] = {"target_rates": target.rates, "methods": {}}
-    if second_run is not None:
-        prepared = at_rate(char, characterize(second_run), sum(target.rates.values()))
-        summary["second_run"] = str(second_run)
+    if other_runs:
+        runs = [char, *(characterize(run) for run in other_runs)]
+        prepared = carried(runs, sum(target.rates.values()))
+        summary["other_runs"] = [str(run) for run in other_runs]
     else:
         prepared = warmed(char, target, seed) if warm else char
     network = build_network(prepared, target)

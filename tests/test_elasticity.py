@@ -1,28 +1,31 @@
-"""Stages carried to another rate by how they changed between two runs (monitor.elasticity)."""
+"""Stages carried to another rate by how they changed between runs at other rates
+(monitor.elasticity)."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from monitor.characterize import Characterization
-from monitor.elasticity import BETA_LIMIT, at_rate, elasticity
+from monitor.elasticity import BETA_LIMIT, carried, fitted_elasticity, rate_groups
 
 # Each stage's mean as a power of the total rate: mean = base * rate ** beta.
 BETAS = {"link": -0.3, "publish": -0.5, "deliver": 0.0, "service": -0.4, "overhead": -0.6}
 
 
-def run(rate: float, brokers: tuple[str, ...] = ("1", "2"), seed: int = 0) -> Characterization:
+def run(
+    rate: float, brokers: tuple[str, ...] = ("1", "2"), seed: int = 0, slow: float = 1.0
+) -> Characterization:
     """A characterization whose stages follow `BETAS` at `rate` events/s (two publishers
-    at half the rate each), with a spread of samples around each mean."""
+    at half the rate each), with a spread of samples around each mean; `slow` times
+    that, as in a run the host disturbed."""
     rng = np.random.default_rng(seed)
 
     def samples(stage: str, base: float, n: int = 2000) -> np.ndarray:
         spread = rng.exponential(1.0, n)
-        return base * rate ** BETAS[stage] * spread / spread.mean()
+        return slow * base * rate ** BETAS[stage] * spread / spread.mean()
 
     service = {b: samples("service", 100_000.0 * int(b)) for b in brokers}
     gaps = {b: np.zeros(len(v)) for b, v in service.items()}
@@ -53,50 +56,81 @@ def run(rate: float, brokers: tuple[str, ...] = ("1", "2"), seed: int = 0) -> Ch
 
 
 def test_the_exponent_of_a_power_law_and_its_limits() -> None:
-    assert elasticity(100.0, 100.0 * 1.5**-0.5, 1.5) == pytest.approx(-0.5)
-    assert elasticity(100.0, 130.0, 1.0) == 0.0  # the same rate says nothing
-    assert elasticity(0.0, 130.0, 2.0) == elasticity(100.0, 0.0, 2.0) == 0.0
-    assert elasticity(1.0, 1e6, 2.0) == BETA_LIMIT  # a short run's noise, clipped
+    assert fitted_elasticity([1.0, 1.5], [100.0, 100.0 * 1.5**-0.5]) == pytest.approx(-0.5)
+    assert fitted_elasticity([2.0, 2.0], [100.0, 130.0]) == 0.0  # one rate says nothing
+    assert fitted_elasticity([1.0, 2.0], [0.0, 130.0]) == 0.0
+    assert fitted_elasticity([1.0, 2.0], [100.0, 0.0]) == 0.0
+    assert fitted_elasticity([1.0, 2.0], [1.0, 1e6]) == BETA_LIMIT  # a short run's noise
+    # more than two rates: the least-squares slope in log-log
+    three = fitted_elasticity([1.0, 2.0, 4.0], [100.0, 100.0 * 2**-0.3 * 1.1, 100.0 * 4**-0.3])
+    assert three == pytest.approx(-0.3, abs=0.01)
 
 
 def test_stages_are_carried_to_three_times_the_rate() -> None:
     low, high = run(45.0), run(67.5, seed=1)
-    carried = at_rate(low, high, 135.0)
+    carried_ = carried([low, high], 135.0)
     truth = run(135.0, seed=2)
 
     def close(got: float, want: float) -> None:
         assert got == pytest.approx(want, rel=0.02)
 
     for field in ("link_delay_ns", "publish_delay_ns", "deliver_delay_ns"):
-        close(getattr(carried, field).mean(), getattr(truth, field).mean())
+        close(getattr(carried_, field).mean(), getattr(truth, field).mean())
     for b in ("1", "2"):
-        close(carried.service_ns[b].mean(), truth.service_ns[b].mean())
-        close(carried.overhead_ns[b], truth.overhead_ns[b])
-        both = np.concatenate(list(carried.service_by_fanout[b].values()))
+        close(carried_.service_ns[b].mean(), truth.service_ns[b].mean())
+        close(carried_.overhead_ns[b], truth.overhead_ns[b])
+        both = np.concatenate(list(carried_.service_by_fanout[b].values()))
         close(both.mean(), truth.service_ns[b].mean())
-    close(carried.client_cpu_per_event_s, truth.client_cpu_per_event_s)
+    close(carried_.client_cpu_per_event_s, truth.client_cpu_per_event_s)
 
 
 def test_samples_come_from_the_nearer_run_and_the_workload_from_the_first() -> None:
     low, high = run(45.0), run(67.5, seed=1)
-    carried = at_rate(low, high, 135.0)
-    factor = carried.link_delay_ns / high.link_delay_ns  # the 1.5x run is nearer 3x
+    carried_ = carried([low, high], 135.0)
+    factor = carried_.link_delay_ns / high.link_delay_ns  # the 1.5x run is nearer 3x
     assert np.allclose(factor, factor[0])  # one factor: the spread is kept
     assert factor[0] == pytest.approx((135.0 / 67.5) ** BETAS["link"], rel=0.05)
-    near_low = at_rate(low, high, 40.0)
+    near_low = carried([low, high], 40.0)
     assert np.allclose(
         near_low.publish_delay_ns / low.publish_delay_ns, (40 / 45) ** -0.5, rtol=0.05
     )
-    assert (carried.rates, carried.run_dir, carried.trees) == (low.rates, low.run_dir, low.trees)
+    assert (carried_.rates, carried_.run_dir, carried_.trees) == (low.rates, low.run_dir, low.trees)
 
 
 def test_runs_that_do_not_match_are_refused() -> None:
     with pytest.raises(ValueError, match="different brokers"):
-        at_rate(run(45.0), run(67.5, brokers=("1", "3")), 135.0)
+        carried([run(45.0), run(67.5, brokers=("1", "3"))], 135.0)
     with pytest.raises(ValueError, match="positive"):
-        at_rate(run(45.0), run(67.5), 0.0)
+        carried([run(45.0), run(67.5)], 0.0)
     silent = run(67.5)
     silent.rates = {"pub1": 0.0}
     with pytest.raises(ValueError, match="published"):
-        at_rate(run(45.0), silent, 135.0)
-    assert math.isfinite(at_rate(run(45.0), run(45.0), 135.0).link_delay_ns.mean())
+        carried([run(45.0), silent], 135.0)
+    with pytest.raises(ValueError, match="two different rates"):
+        carried([run(45.0), run(46.0, seed=1)], 135.0)
+    with pytest.raises(ValueError, match="no characterization"):
+        carried([], 135.0)
+
+
+def test_runs_at_about_one_rate_are_repeats() -> None:
+    runs = [run(67.5), run(45.0), run(46.0), run(70.0), run(90.0)]
+    assert [[r.run_dir.name for r in g] for g in rate_groups(runs)] == [
+        ["45.0", "46.0"],
+        ["67.5", "70.0"],
+        ["90.0"],
+    ]
+
+
+def test_a_disturbed_repeat_is_outvoted_and_the_samples_pooled() -> None:
+    lows = [run(45.0, seed=1), run(45.0, seed=2, slow=1.4), run(45.0, seed=3)]
+    highs = [run(67.5, seed=4), run(67.5, seed=5), run(67.5, seed=6, slow=0.7)]
+    got = carried([*lows, *highs], 135.0)
+    truth = run(135.0, seed=7)
+    for b in ("1", "2"):
+        assert got.service_ns[b].mean() == pytest.approx(truth.service_ns[b].mean(), rel=0.02)
+        assert len(got.service_ns[b]) == 3 * len(truth.service_ns[b])  # the 1.5x runs'
+    assert got.link_delay_ns.mean() == pytest.approx(truth.link_delay_ns.mean(), rel=0.02)
+    assert got.run_dir == lows[0].run_dir
+    # one disturbed pair alone is far off
+    alone = carried([lows[1], highs[2]], 135.0)
+    assert alone.link_delay_ns.mean() < 0.6 * truth.link_delay_ns.mean()

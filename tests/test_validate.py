@@ -3,6 +3,7 @@ and it renders in a real browser (headless Chromium) with every figure."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from tests.network import run_hop
 from tests.test_replay import small_study
 
 pytestmark = pytest.mark.integration
@@ -112,3 +114,20 @@ def test_report_renders_in_headless_chromium(validated: Path, tmp_path: Path) ->
     colour = ((pixels.max(axis=2) - pixels.min(axis=2)) > 0.2).sum(axis=1)
     assert (ink > 20).sum() > 1000
     assert (colour > 5).sum() > 300
+
+
+def test_hop_predict_carries_costs_by_runs_at_another_rate(validated: Path, tmp_path: Path) -> None:
+    """`hop predict --other-runs`: the validation's calibration and measurement are the
+    same workload at two rates; runs at one rate only cannot show how costs move."""
+    calibration = shutil.copytree(validated / "calibration", tmp_path / "calibration")
+    measurement = validated / "measurement"
+    same = run_hop("predict", str(calibration), "--other-runs", str(calibration), "--method", "mm1")
+    assert same.returncode == 2 and "two different rates" in same.stderr, same.stderr
+    result = run_hop(
+        "predict", str(calibration), "--other-runs", str(measurement), "--method", "mm1"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["other_runs"] == [str(measurement)]
+    rows = pq.read_table(calibration / "analysis" / "predictions.parquet").to_pandas()
+    latency = rows[(rows["kind"] == "pair") & (rows["metric"] == "latency_ms")]
+    assert len(latency) > 0 and (latency["predicted"] > 0).all()
