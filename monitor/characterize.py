@@ -54,7 +54,8 @@ class Characterization:
     publish_delay_ns: np.ndarray
     deliver_delay_ns: np.ndarray
     # The receiving process's idle gap before each sample (aligned with the samples
-    # above), and which broker received each link and publish sample.
+    # above); which broker sent and received each link sample, received each publish
+    # sample, and which subscriber each delivery sample went to.
     service_gap_ns: dict[str, np.ndarray]
     service_by_fanout_gap_ns: dict[str, dict[int, np.ndarray]]
     link_gap_ns: np.ndarray
@@ -62,6 +63,8 @@ class Characterization:
     publish_gap_ns: np.ndarray
     publish_broker: np.ndarray
     deliver_gap_ns: np.ndarray
+    link_sender: np.ndarray
+    deliver_subscriber: np.ndarray
     client_cpu_per_event_s: float  # client process CPU per publication (with its deliveries)
     rates: dict[str, float]  # measured publications per second, per publisher
     cores: int
@@ -162,6 +165,8 @@ def characterize(run_dir: Path) -> Characterization:
         publish_gap_ns=delays.publish_gap,
         publish_broker=delays.publish_broker,
         deliver_gap_ns=delays.deliver_gap,
+        link_sender=delays.link_sender,
+        deliver_subscriber=delays.deliver_subscriber,
         client_cpu_per_event_s=cpu_s.get("clients", 0.0) / max(1, len(pubs)),
         rates=rates,
         cores=int(manifest["host"]["cores"]),
@@ -202,11 +207,13 @@ class _Delays:
     link: np.ndarray
     link_gap: np.ndarray
     link_broker: np.ndarray
+    link_sender: np.ndarray
     publish: np.ndarray
     publish_gap: np.ndarray
     publish_broker: np.ndarray
     deliver: np.ndarray
     deliver_gap: np.ndarray
+    deliver_subscriber: np.ndarray
 
 
 def _delays(
@@ -216,7 +223,8 @@ def _delays(
     dels: pd.DataFrame,
     client_activity: np.ndarray,
 ) -> _Delays:
-    """The pure delays, each with its receiver's idle gap (and receiving broker)."""
+    """The pure delays, each with its receiver's idle gap (and its link's brokers, its
+    home broker or its subscriber)."""
     done = hops.set_index(["event_id", "broker"])["t_done_ns"]
     forwarded = hops[~hops["from_node"].str.startswith("client:")]
     sent = done.reindex(list(zip(forwarded["event_id"], forwarded["from_node"], strict=True)))
@@ -232,11 +240,13 @@ def _delays(
         link=np.maximum(link[link_keep].astype(float), 0.0),
         link_gap=forwarded["gap_ns"].to_numpy(dtype=float)[link_keep],
         link_broker=forwarded["broker"].to_numpy()[link_keep],
+        link_sender=forwarded["from_node"].to_numpy()[link_keep],
         publish=np.maximum(publish[publish_keep].astype(float), 0.0),
         publish_gap=home_rows["gap_ns"].to_numpy(dtype=float)[publish_keep],
         publish_broker=home_rows["broker"].to_numpy()[publish_keep],
         deliver=np.maximum(deliver[deliver_keep].astype(float), 0.0),
         deliver_gap=gaps_since(last.astype(float), client_activity.astype(float))[deliver_keep],
+        deliver_subscriber=dels["subscriber"].to_numpy()[deliver_keep],
     )
 
 

@@ -147,11 +147,13 @@ def carried(runs: Sequence[Characterization], target_rate: float) -> Characteriz
         link_delay_ns=scaled(lambda r: r.link_delay_ns),
         link_gap_ns=pooled(lambda r: r.link_gap_ns),
         link_broker=np.concatenate([r.link_broker for r in near]),
+        link_sender=np.concatenate([r.link_sender for r in near]),
         publish_delay_ns=scaled(lambda r: r.publish_delay_ns),
         publish_gap_ns=pooled(lambda r: r.publish_gap_ns),
         publish_broker=np.concatenate([r.publish_broker for r in near]),
         deliver_delay_ns=scaled(lambda r: r.deliver_delay_ns),
         deliver_gap_ns=pooled(lambda r: r.deliver_gap_ns),
+        deliver_subscriber=np.concatenate([r.deliver_subscriber for r in near]),
         client_cpu_per_event_s=target_mean(lambda r: r.client_cpu_per_event_s),
         problems=[p for r in runs for p in r.problems],
     )

@@ -52,6 +52,11 @@ PREDICTIONS = pa.schema(
 )
 
 
+KEYED_MIN_SAMPLES = 30
+"""Fewest delay samples of one link, home broker or subscriber for the model to use them
+rather than the pooled samples of all (README, "Predicting three times the load")."""
+
+
 @dataclass
 class Target:
     """The workload to predict: rate and arrival process per publisher."""
@@ -113,19 +118,27 @@ def _throughputs(char: Characterization, rates: dict[str, float]) -> tuple[dict[
 
 def warmed(char: Characterization, target: Target, seed: int = 1) -> Characterization:
     """`char` with its service and delay samples drawn again for the target's rates
-    (`monitor.warmth`): each process's samples for its own change of rate."""
+    (`monitor.warmth`): each process's samples for its own change of rate, each link's,
+    home broker's and subscriber's delays among their own."""
     calibration, client_calibration = _throughputs(char, char.rates)
     target_rates, client_target = _throughputs(char, target.rates)
     scale = {b: target_rates.get(b, 0.0) / x for b, x in calibration.items() if x > 0}
     rng = np.random.default_rng(seed)
 
-    def at_brokers(samples: np.ndarray, gaps: np.ndarray, brokers: np.ndarray) -> np.ndarray:
-        return matched(samples, gaps, np.array([scale.get(b, 1.0) for b in brokers]), rng)
-
     def at(broker: str, samples: np.ndarray, gaps: np.ndarray) -> np.ndarray:
         return matched(samples, gaps, scale.get(broker, 1.0), rng)
 
+    def by_key(
+        samples: np.ndarray, gaps: np.ndarray, keys: list[np.ndarray], factor: np.ndarray
+    ) -> np.ndarray:
+        out = np.asarray(samples, dtype=float).copy()
+        for rows in _groups(keys):
+            out[rows] = matched(samples[rows], gaps[rows], factor[rows], rng)
+        return out
+
     client_scale = client_target / client_calibration if client_calibration > 0 else 1.0
+    link_scale = np.array([scale.get(b, 1.0) for b in char.link_broker])
+    publish_scale = np.array([scale.get(b, 1.0) for b in char.publish_broker])
     return dataclasses.replace(
         char,
         service_ns={b: at(b, v, char.service_gap_ns[b]) for b, v in char.service_ns.items()},
@@ -133,12 +146,38 @@ def warmed(char: Characterization, target: Target, seed: int = 1) -> Characteriz
             b: {k: at(b, v, char.service_by_fanout_gap_ns[b][k]) for k, v in groups.items()}
             for b, groups in char.service_by_fanout.items()
         },
-        link_delay_ns=at_brokers(char.link_delay_ns, char.link_gap_ns, char.link_broker),
-        publish_delay_ns=at_brokers(
-            char.publish_delay_ns, char.publish_gap_ns, char.publish_broker
+        link_delay_ns=by_key(
+            char.link_delay_ns, char.link_gap_ns, [char.link_sender, char.link_broker], link_scale
         ),
-        deliver_delay_ns=matched(char.deliver_delay_ns, char.deliver_gap_ns, client_scale, rng),
+        publish_delay_ns=by_key(
+            char.publish_delay_ns, char.publish_gap_ns, [char.publish_broker], publish_scale
+        ),
+        deliver_delay_ns=by_key(
+            char.deliver_delay_ns,
+            char.deliver_gap_ns,
+            [char.deliver_subscriber],
+            np.full(len(char.deliver_delay_ns), client_scale),
+        ),
     )
+
+
+def _groups(keys: list[np.ndarray]) -> list[np.ndarray]:
+    """The row indices of each distinct combination of `keys` (aligned arrays)."""
+    if not keys or len(keys[0]) == 0:
+        return []
+    frame = pd.DataFrame({str(i): k for i, k in enumerate(keys)})
+    return [np.asarray(rows) for rows in frame.groupby(list(frame.columns)).indices.values()]
+
+
+def _keyed(samples: np.ndarray, keys: list[np.ndarray]) -> dict[Any, np.ndarray]:
+    """The samples of each key (a tuple for several key arrays) that has at least
+    `KEYED_MIN_SAMPLES`; the model uses the pooled samples for the others."""
+    out: dict[Any, np.ndarray] = {}
+    for rows in _groups(keys):
+        if len(rows) >= KEYED_MIN_SAMPLES:
+            key = tuple(str(k[rows[0]]) for k in keys)
+            out[key if len(keys) > 1 else key[0]] = samples[rows]
+    return out
 
 
 def build_network(char: Characterization, target: Target) -> Network:
@@ -173,6 +212,9 @@ def build_network(char: Characterization, target: Target) -> Network:
         link_delay_ns=char.link_delay_ns,
         publish_delay_ns=char.publish_delay_ns,
         deliver_delay_ns=char.deliver_delay_ns,
+        link_delays_ns=_keyed(char.link_delay_ns, [char.link_sender, char.link_broker]),
+        publish_delays_ns=_keyed(char.publish_delay_ns, [char.publish_broker]),
+        deliver_delays_ns=_keyed(char.deliver_delay_ns, [char.deliver_subscriber]),
     )
 
 

@@ -48,6 +48,8 @@ def run(
         publish_gap_ns=np.zeros(2000),
         publish_broker=np.array([brokers[0]] * 2000),
         deliver_gap_ns=np.zeros(2000),
+        link_sender=np.array([brokers[-1]] * 2000),
+        deliver_subscriber=np.array(["sub1"] * 2000),
         client_cpu_per_event_s=0.001 * rate ** BETAS["overhead"],
         rates={"pub1": rate / 2, "pub2": rate / 2},
         cores=2,

@@ -232,6 +232,12 @@ class Network:
     ``deliver_delay_ns``: between the delivering station's completion and the
     subscriber receiving it. Each is a number (a constant) or samples drawn
     with replacement; default 0.
+
+    ``link_delays_ns`` (by (from, to) station), ``publish_delays_ns`` (by root
+    station) and ``deliver_delays_ns`` (by subscriber) replace those pooled delays
+    where they name a link, root or subscriber: on tree7 the mean delay of one link
+    was twice another's in every run (README, "Predicting three times the load"),
+    which pooled samples would spread over every path alike.
     """
 
     stations: Sequence[Station]
@@ -240,12 +246,18 @@ class Network:
     link_delay_ns: np.ndarray | float = 0.0
     publish_delay_ns: np.ndarray | float = 0.0
     deliver_delay_ns: np.ndarray | float = 0.0
+    link_delays_ns: Mapping[tuple[str, str], np.ndarray | float] = field(default_factory=dict)
+    publish_delays_ns: Mapping[str, np.ndarray | float] = field(default_factory=dict)
+    deliver_delays_ns: Mapping[str, np.ndarray | float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("stations", "hosts", "classes"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         for name in ("link_delay_ns", "publish_delay_ns", "deliver_delay_ns"):
             object.__setattr__(self, name, as_samples(getattr(self, name), name))
+        for name in ("link_delays_ns", "publish_delays_ns", "deliver_delays_ns"):
+            keyed = {k: as_samples(v, f"{name}[{k!r}]") for k, v in getattr(self, name).items()}
+            object.__setattr__(self, name, keyed)
         for what, items in (
             ("station", self.stations),
             ("host", self.hosts),
@@ -273,6 +285,18 @@ class Network:
                         f"class {cls.name!r}: tree rooted at {tree.root!r} names unknown "
                         f"stations {unknown}"
                     )
+
+    def link_samples(self, parent: str, child: str) -> np.ndarray:
+        """The delay samples of the link from station `parent` to `child`."""
+        return self.link_delays_ns.get((parent, child), self.link_delay_ns)
+
+    def publish_samples(self, root: str) -> np.ndarray:
+        """The delay samples from a publication to the root station `root`."""
+        return self.publish_delays_ns.get(root, self.publish_delay_ns)
+
+    def deliver_samples(self, subscriber: str) -> np.ndarray:
+        """The delay samples from the delivering station to `subscriber`."""
+        return self.deliver_delays_ns.get(subscriber, self.deliver_delay_ns)
 
     def station(self, name: str) -> Station:
         """The station called `name`."""

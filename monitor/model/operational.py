@@ -239,10 +239,8 @@ class _SharedCpu:
             if capacity[h] < hosts.count(h)
         ]
         shared = {s.name for s in network.stations if capacity[s.host] < hosts.count(s.host)}
-        self.link_mean = float(network.link_delay_ns.mean())
-        self.link_var = float(network.link_delay_ns.var())
-
         station, node_service, parent, depth, rate = [], [], [], [], []
+        link_mean, link_var = [], []  # of the link into each node (0 at the root)
         pairs: list[tuple[int, int, int]] = []
         for cls in network.classes:
             for p, tree in cls.trees:
@@ -256,6 +254,9 @@ class _SharedCpu:
                     node_service.append(mean_service[name][tree.fanout(name)])
                     path = paths[name]
                     parent.append(node[path[-2]] if len(path) > 1 else node[name])
+                    link = network.link_samples(path[-2], name) if len(path) > 1 else np.zeros(1)
+                    link_mean.append(float(link.mean()))
+                    link_var.append(float(link.var()))
                     depth.append(len(path) - 1)
                     rate.append(cls.rate_per_s * p)
                 for a, b in itertools.permutations(tree.stations, 2):
@@ -272,6 +273,8 @@ class _SharedCpu:
             np.flatnonzero(np.array(depth) == d) for d in range(1, max(depth, default=0) + 1)
         ]
         self.rate = np.array(rate)
+        self.link_mean = np.array(link_mean)
+        self.link_var = np.array(link_var)
         self.pairs = np.array(pairs, dtype=np.int64).reshape(-1, 3)
 
     def step(self, slowdown: np.ndarray) -> np.ndarray:
@@ -288,8 +291,8 @@ class _SharedCpu:
         arrive_var = np.zeros(st.size)
         for level in self.levels:
             up = self.parent[level]
-            arrive_mean[level] = arrive_mean[up] + sojourn[up] + self.link_mean
-            arrive_var[level] = arrive_var[up] + sojourn[up] ** 2 + self.link_var
+            arrive_mean[level] = arrive_mean[up] + sojourn[up] + self.link_mean[level]
+            arrive_var[level] = arrive_var[up] + sojourn[up] ** 2 + self.link_var[level]
         start_mean = arrive_mean + waiting[st]
         start_var = arrive_var + (rho * (2.0 - rho) * response**2)[st]
         done_var = arrive_var + sojourn**2
@@ -380,8 +383,6 @@ def analyze(network: Network, method: Method = "mm1") -> OperationalResult:
         for h in network.hosts
     }
 
-    link = float(network.link_delay_ns.mean())
-    fixed = float(network.publish_delay_ns.mean() + network.deliver_delay_ns.mean())
     weighted: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     for cls in network.classes:
         for p, tree in cls.trees:
@@ -391,9 +392,13 @@ def analyze(network: Network, method: Method = "mm1") -> OperationalResult:
                 at_stations = math.fsum(
                     waiting[j] + slow[j] * mean_service[j][tree.fanout(j)] for j in path
                 )
-                weighted[(cls.name, subscriber)].append(
-                    (p, fixed + at_stations + (len(path) - 1) * link)
+                links = (network.link_samples(a, b).mean() for a, b in itertools.pairwise(path))
+                delays = (
+                    network.publish_samples(path[0]).mean()
+                    + math.fsum(links)
+                    + network.deliver_samples(subscriber).mean()
                 )
+                weighted[(cls.name, subscriber)].append((p, float(delays) + at_stations))
     latency = {
         pair: math.fsum(p * value for p, value in items) / math.fsum(p for p, _ in items)
         for pair, items in weighted.items()

@@ -166,6 +166,9 @@ def _sampler(rng: np.random.Generator, samples: np.ndarray) -> Draw:
     return chunks().__next__
 
 
+_ZERO_DELAY: Draw = itertools.repeat(0.0).__next__
+
+
 def _interarrivals(rng: np.random.Generator, mean_ns: float, poisson: bool) -> Draw:
     if not poisson:
         return itertools.repeat(mean_ns).__next__
@@ -285,7 +288,9 @@ def _relative_ci(est: _Estimates, tracked_stations: np.ndarray, tracked_pairs: n
     return float(rel.max()) if rel.size else 0.0
 
 
-Node = tuple[tuple[int, ...], tuple[Callable[[float], None], ...], Draw]
+Hop = tuple[int, Draw | None]
+"""(child station, its link delay's draw; None for no delay)."""
+Node = tuple[tuple[Hop, ...], tuple[tuple[Callable[[float], None], Draw], ...], Draw]
 
 
 @dataclass(frozen=True)
@@ -294,9 +299,10 @@ class _Compiled:
 
     Stations, hosts and (class, subscriber) pairs are numbered in the network's
     order. Each tree with positive probability owns a block of one slot per
-    station, at its *offset*: ``nodes[offset + j]`` = (child stations, the
-    ``append`` of the latency samples of each pair delivered to, the service
-    draw for the event's fan-out), None where the tree does not visit j.
+    station, at its *offset*: ``nodes[offset + j]`` = (child stations with their
+    link delay draws, the ``append`` of the latency samples of each pair delivered
+    to with that subscriber's delivery delay draw, the service draw for the event's
+    fan-out), None where the tree does not visit j.
     """
 
     names: list[str]
@@ -306,7 +312,7 @@ class _Compiled:
     pairs: list[tuple[str, str]]
     samples: list[list[float]]  # latency samples per pair, in order of completion
     nodes: list[Node | None]
-    roots: dict[int, int]  # tree offset -> root station
+    roots: dict[int, Hop]  # tree offset -> (root station, its publish delay's draw)
     publishers: list[tuple[Draw, Draw]]  # (gaps between publications, tree offsets)
     first_publication: list[float]
 
@@ -322,6 +328,14 @@ def _compile(network: Network, stream: Callable[[], np.random.Generator]) -> _Co
     pair_index = {pair: p for p, pair in enumerate(pairs)}
     samples: list[list[float]] = [[] for _ in pairs]
     service_draws: dict[tuple[int, int], Draw] = {}
+    delay_draws: dict[tuple[str, ...], Draw | None] = {}
+
+    def delay_draw(key: tuple[str, ...], samples: np.ndarray) -> Draw | None:
+        """One draw per link, root or subscriber (None for a delay of constant 0)."""
+        if key not in delay_draws:
+            zero = bool(np.all(samples == 0.0))
+            delay_draws[key] = None if zero else _sampler(stream(), samples)
+        return delay_draws[key]
 
     def service_draw(j: int, fanout: int) -> Draw:
         station = network.stations[j]
@@ -331,7 +345,7 @@ def _compile(network: Network, stream: Callable[[], np.random.Generator]) -> _Co
         return service_draws[key]
 
     nodes: list[Node | None] = []
-    roots: dict[int, int] = {}
+    roots: dict[int, Hop] = {}
     publishers: list[tuple[Draw, Draw]] = []
     first_publication: list[float] = []
     for cls in network.classes:
@@ -344,12 +358,21 @@ def _compile(network: Network, stream: Callable[[], np.random.Generator]) -> _Co
             for station in tree.stations:
                 j = index[station]
                 appends = tuple(
-                    samples[pair_index[(cls.name, s)]].append
+                    (
+                        samples[pair_index[(cls.name, s)]].append,
+                        delay_draw(("deliver", s), network.deliver_samples(s)) or _ZERO_DELAY,
+                    )
                     for s in tree.deliveries.get(station, ())
                 )
-                children = tuple(index[c] for c in tree.children.get(station, ()))
+                children = tuple(
+                    (index[c], delay_draw(("link", station, c), network.link_samples(station, c)))
+                    for c in tree.children.get(station, ())
+                )
                 nodes[offset + j] = (children, appends, service_draw(j, tree.fanout(station)))
-            roots[offset] = index[tree.root]
+            roots[offset] = (
+                index[tree.root],
+                delay_draw(("publish", tree.root), network.publish_samples(tree.root)),
+            )
             offsets.append(offset)
             weights.append(p)
         if cls.rate_per_s > 0:
@@ -370,12 +393,6 @@ def _compile(network: Network, stream: Callable[[], np.random.Generator]) -> _Co
         publishers=publishers,
         first_publication=first_publication,
     )
-
-
-def _delay(rng: np.random.Generator, samples_ns: np.ndarray) -> tuple[bool, float, Draw]:
-    """A pure delay as (is it a constant, the constant, a draw)."""
-    constant = bool(np.all(samples_ns == samples_ns[0]))
-    return constant, float(samples_ns[0]), _sampler(rng, samples_ns)
 
 
 def simulate(
@@ -416,11 +433,6 @@ def simulate(
     names, pairs, samples, nodes, roots = net.names, net.pairs, net.samples, net.nodes, net.roots
     publishers, host_of, capacity, shared = net.publishers, net.host_of, net.capacity, net.shared
     n_st = len(names)
-    link_const, link_value, link_draw = _delay(stream(), network.link_delay_ns)
-    pub_const, pub_value, pub_draw = _delay(stream(), network.publish_delay_ns)
-    dlv_const, dlv_value, dlv_draw = _delay(stream(), network.deliver_delay_ns)
-    link_zero = link_const and link_value == 0.0
-    pub_zero = pub_const and pub_value == 0.0
 
     # ---- state
     heap: list[tuple] = []
@@ -479,20 +491,13 @@ def simulate(
         work_done[j] += work
         busy_time[j] += now - started
         children, appends, _ = nodes[offset + j]
-        for child in children:
-            if link_zero:
+        for child, link in children:
+            if link is None:
                 join(child, now, offset, published)
             else:
-                hop = link_value if link_const else link_draw()
-                push(heap, (now + hop, _JOIN, child, offset, published))
-        if appends:
-            if dlv_const:
-                latency = now + dlv_value - published
-                for append in appends:
-                    append(latency)
-            else:
-                for append in appends:
-                    append(now + dlv_draw() - published)
+                push(heap, (now + link(), _JOIN, child, offset, published))
+        for append, deliver in appends:
+            append(now + deliver() - published)
 
     # ---- batches
     delta = _FIRST_BATCH_PUBLICATIONS * NS_PER_S / total_rate
@@ -580,11 +585,11 @@ def simulate(
             publications += 1
             push(heap, (now + gaps(), _PUBLISH, x, 0, 0.0))
             offset = trees()
-            if pub_zero:
-                join(roots[offset], now, offset, now)
+            root, publish = roots[offset]
+            if publish is None:
+                join(root, now, offset, now)
             else:
-                wait = pub_value if pub_const else pub_draw()
-                push(heap, (now + wait, _JOIN, roots[offset], offset, now))
+                push(heap, (now + publish(), _JOIN, root, offset, now))
         events += 1
         if events >= next_check:
             if events >= event_limit:
