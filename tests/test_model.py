@@ -400,6 +400,30 @@ def test_constant_arrivals_and_service_never_wait() -> None:
     assert result.latency_percentiles_ns[("c", "sub")].p99 == pytest.approx(3.75 * MS)
 
 
+def test_delays_of_one_link_root_or_subscriber_replace_the_pooled_ones() -> None:
+    tree = Tree("root", {"root": ["A", "B"]}, {"A": ["s1"], "B": ["s2"]})
+    network = Network(
+        stations=[Station(n, n, [MS]) for n in ("root", "A", "B")],
+        hosts=[Host(n, cores=1) for n in ("root", "A", "B")],
+        classes=[EventClass("c", 100.0, "constant", [(1.0, tree)])],
+        link_delay_ns=0.5 * MS,
+        publish_delay_ns=0.7 * MS,
+        deliver_delay_ns=0.25 * MS,
+        link_delays_ns={("root", "A"): [MS], ("A", "root"): [9 * MS]},
+        publish_delays_ns={"root": [0.2 * MS]},
+        deliver_delays_ns={"s1": [0.3 * MS], "nobody": [9 * MS]},
+    )
+    result = simulate(network, seed=1, max_events=20_000)
+    s1 = result.latency_samples_ns[("c", "s1")]
+    s2 = result.latency_samples_ns[("c", "s2")]
+    assert s1 == pytest.approx(np.full(s1.size, 3.5 * MS), rel=1e-9)  # 0.2+1+1+1+0.3
+    assert s2 == pytest.approx(np.full(s2.size, 2.95 * MS), rel=1e-9)  # 0.2+1+0.5+1+0.25
+    operational = analyze(network).latency_ns
+    assert operational[("c", "s1")] - operational[("c", "s2")] == pytest.approx(0.55 * MS)
+    with pytest.raises(ValueError, match="link_delays_ns\\[\\('root', 'A'\\)\\]: no samples"):
+        Network(network.stations, network.hosts, [], link_delays_ns={("root", "A"): []})
+
+
 def test_same_seed_same_result(exp_ms: np.ndarray) -> None:
     network = binary_tree_network(cores=2)
     first = simulate(network, seed=3, max_events=30_000)

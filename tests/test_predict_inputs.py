@@ -1,0 +1,60 @@
+"""What `hop predict` hands the model from a characterization: delays by link, home
+broker and subscriber (monitor.predict)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from monitor.characterize import Characterization
+from monitor.predict import KEYED_MIN_SAMPLES, Target, build_network, warmed
+from monitor.warmth import matched
+from tests.test_elasticity import run
+
+TREE = ((("1", "2"),), (("2", ("sub1",)),))  # pub1 at broker 1, forwarded to 2, delivered
+
+
+def two_links() -> Characterization:
+    """A run whose link samples are 1 us on 1->2 and 1 ms on 2->1, a few (fewer than
+    `KEYED_MIN_SAMPLES`) 50 us on 1->3, with idle gaps spread over each."""
+    char = run(45.0, brokers=("1", "2", "3"))
+    n = len(char.link_delay_ns)
+    few = KEYED_MIN_SAMPLES - 1
+    sender = np.array(["1"] * (n // 2) + ["2"] * (n - n // 2 - few) + ["1"] * few)
+    receiver = np.array(["2"] * (n // 2) + ["1"] * (n - n // 2 - few) + ["3"] * few)
+    delay = np.where(sender == "1", 1e3, 1e6)
+    delay[receiver == "3"] = 5e4
+    return dataclasses.replace(
+        char,
+        trees={"pub1": [(1.0, TREE)], "pub2": [(1.0, TREE)]},
+        home={"pub1": "1", "pub2": "1"},
+        link_delay_ns=delay,
+        link_sender=sender,
+        link_broker=receiver,
+        link_gap_ns=np.random.default_rng(1).exponential(1e7, n),
+    )
+
+
+def test_each_link_with_enough_samples_gets_its_own() -> None:
+    char = two_links()
+    target = Target(char.rates, {"pub1": "poisson", "pub2": "poisson"}, same_as_run=True)
+    network = build_network(char, target)
+    assert set(network.link_delays_ns) == {("1", "2"), ("2", "1")}  # not the few on 1->3
+    assert np.all(network.link_samples("1", "2") == 1e3)
+    assert np.all(network.link_samples("2", "1") == 1e6)
+    assert np.array_equal(network.link_samples("1", "3"), char.link_delay_ns)  # pooled
+    assert set(network.deliver_delays_ns) == {"sub1"}
+    assert set(network.publish_delays_ns) == {"1"}
+
+
+def test_redrawn_by_idle_gaps_a_link_keeps_its_own_samples() -> None:
+    char = two_links()
+    faster = {p: 3 * r for p, r in char.rates.items()}
+    drawn = warmed(char, Target(faster, {}, same_as_run=False))
+    for sender, value in (("1", 1e3), ("2", 1e6)):
+        rows = (char.link_sender == sender) & (char.link_broker != "3")
+        assert np.all(drawn.link_delay_ns[rows] == value)
+        # drawn from all links alike, the rows would get the other link's delays
+        pooled = matched(char.link_delay_ns, char.link_gap_ns, 3.0, np.random.default_rng(1))
+        assert np.any(pooled[rows] != value)
