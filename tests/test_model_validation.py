@@ -216,11 +216,18 @@ def test_three_times_the_load_is_predicted_from_low_load_runs(tmp_path: Path) ->
             ).median(),
         }
     )
+    links = pd.DataFrame(
+        {
+            f"at_{scale}x": pd.DataFrame([characterize(r).link_means_us() for r in runs]).median()
+            for scale, runs in (("1", calibrations), ("3", [m for _, _, m in rounds]))
+        }
+    )
     one_round_errors = pd.DataFrame(pairwise).T.div(pd.Series(latency), axis=0) - 1
     report = (
         f"\nthroughput (events/s):\n{errors.to_string()}"
         f"\nmean latency (ms):\n{latencies.to_string()}"
         f"\nmean of each stage (us):\n{stage_table.to_string()}"
+        f"\nmean delay of each link (us):\n{links.to_string()}"
         f"\nerror of each round's own two-run prediction:\n{one_round_errors.to_string()}"
         f"\nmeasured latency per round (ms):\n{by_run.T.to_string()}"
     )

@@ -14,10 +14,12 @@ The model simulated is the one `monitor.model.network` describes:
 * publishers publish at their rate, Poisson (exponential gaps) or constant (a
   fixed period, the first publication at a uniformly drawn phase so that
   several constant publishers are not synchronised); each event draws its tree;
-* an event joins the root's queue ``publish_delay`` after publication; after a
-  station completes it, it joins each child's queue after a ``link_delay``
-  (drawn per hop) and reaches each local subscriber ``deliver_delay`` after
-  the completion. Latency = delivery time - publication time.
+* an event joins the root's queue a publish delay after publication; after a
+  station completes it, it joins each child's queue after a link delay (drawn
+  per hop) and reaches each local subscriber a delivery delay after the
+  completion, each drawn from the samples of that root, link or subscriber
+  (`Network.publish_samples`, `link_samples`, `deliver_samples`). Latency =
+  delivery time - publication time.
 
 Statistics (batch means). Simulated time is cut into batches of equal length,
 first the time of 1000 expected publications, doubled (merging neighbours)
