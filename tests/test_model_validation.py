@@ -1,30 +1,30 @@
 """The model validated against real processes (issue 6): characterize tree7 at a low
 rate, predict 3x that rate, measure there.
 
-The two replays share the seed, and the calibration runs three times longer at a
-third of the rates, so both publish the same events (the same families, the same
-inter-arrival gaps scaled by 3) and the prediction starts from the rates the
-calibration measured (`measured_rates`): what is left to predict is how the network
-behaves at three times the load, not which events the random workload happened to
-draw. The latency asserted is the default prediction, with the calibration's samples
-drawn again for the higher rate (`monitor.warmth`); the prediction from the samples
-as measured is printed beside it.
+The replays share the seed, and the calibration runs three times longer at a third of
+the rates, so all publish the same events (the same families, the same inter-arrival
+gaps scaled) and the prediction starts from the rates the calibration measured
+(`measured_rates`): what is left to predict is how the network behaves at three times
+the load, not which events the random workload happened to draw.
+
+The latency asserted is predicted from six characterization runs, three at 1x and three
+at 1.5x the rates (`hop predict --other-runs`): each stage carried to 3x by how it
+changed between the two rates (`monitor.elasticity`), each rate's repeats pooled. The
+rounds' own predictions (one 1x and one 1.5x run each) and those from the 1x runs alone
+(with and without the idle-gap redraw, `monitor.warmth`) are printed beside it.
 
 The measurement is made three times and the median taken per publisher: on this VM
 the same 8-second run at 3x gives mean latencies 10-20 % apart from one run to the
-next (the whole distribution moves, not a few outliers), which is most of the error
-left, and now and then one run is disturbed far more (3.1 ms, then 9.8 ms, in one
-`make test`), which the median of three leaves out where a mean would not. The
-calibration is made three times too, and each publisher's prediction is the median of
-the three: a disturbed calibration once predicted 2.7 ms where the two around it, on
-the same code, predicted 2.1-2.2 ms (33 % error, against 10 % and 11 %). Calibrations
-and measurements alternate: in one `make test` that ran the three calibrations first,
-the three measurements after them came out 2.05, 1.84 and 1.75 ms for one publisher
-(the host growing faster as it stayed busy), and the error reached 30 %.
+next (the whole distribution moves, not a few outliers), and now and then one run is
+disturbed far more (3.1 ms, then 9.8 ms, in one `make test`), which the median of
+three leaves out where a mean would not. Calibrations and measurements alternate: in
+one `make test` that ran the three calibrations first, the three measurements after
+them came out 2.05, 1.84 and 1.75 ms for one publisher (the host growing faster as it
+stayed busy).
 
-The test prints, besides the latency tables, each stage's mean at the calibration's
-load, as drawn for 3x and as measured at 3x: the error left is in the brokers' service
-times (README, "Predicting three times the load").
+The test prints, besides the latency tables, each stage's mean in the characterization
+runs, as carried to 3x and as measured at 3x, and each link's mean delay (README,
+"Predicting three times the load").
 """
 
 from __future__ import annotations
@@ -51,15 +51,11 @@ WARMUP_S = 1.0
 THROUGHPUT_TOLERANCE = 0.03
 REPETITIONS = 3  # rounds of the three runs (1x, 1.5x, 3x); per publisher the medians count
 SECOND = 1.5  # the second characterization run's rates, times the first's
-LATENCY_TARGET = 0.15  # issue 6, printed: not met reliably (below)
-# What is asserted for the prediction from the two runs, so that it cannot regress: its
-# worst error was 12.6 % alone and 15.2 % in a fresh-clone `make test` on 2026-11-24;
-# on 2026-11-25, 6.9 % with the broker of then and 17.3 % once the broker wrote
-# through (which made the measured latencies 15-20 % shorter, not the predicted ones).
-# `python -m bench.rate_response` shows why (no order effect): from 1.5x to 3x the
-# brokers' service times and the link fall about twice as much as a power of the rate
-# fitted between 1x and 1.5x says (README, "Predicting three times the load").
-TWO_RUN_GUARD = 0.25
+# Issue 6's target for the prediction from the six runs. Its worst error on 2026-11-25,
+# in four runs of this test on this VM: 7.4 % (delays still pooled over all links), then
+# 7.8, 3.7 and 2.6 %. The same day, in CI, the median of the rounds' own predictions
+# (the test then) missed by 25.6 %; in those four runs, by 7.3, 4.7, 18.6 and 2.7 %.
+LATENCY_TARGET = 0.15
 # The prediction from the 1x run alone (its samples drawn again by idle gaps,
 # `monitor.warmth`) is guarded against gross regression only: on 2026-11-24 the same
 # code gave 10.0 and 15.9 % in one hour and 30.0 and 35.3 % in the next, when the 3x
@@ -238,9 +234,9 @@ def test_three_times_the_load_is_predicted_from_low_load_runs(tmp_path: Path) ->
     worst = latencies["predicted_error"].abs().max()
     one_run_worst = latencies["one_run_error"].abs().max()
     print(
-        f"worst latency error {worst:.1%} from the six runs (target {LATENCY_TARGET:.0%}), "
+        f"worst latency error {worst:.1%} from the six runs (asserted: {LATENCY_TARGET:.0%}), "
         f"{latencies['one_round_error'].abs().max():.1%} as the median of the rounds' "
         f"own two-run predictions, {one_run_worst:.1%} from the 1x run alone"
     )
-    assert worst <= TWO_RUN_GUARD, report
+    assert worst <= LATENCY_TARGET, report
     assert one_run_worst <= ONE_RUN_GUARD, report
