@@ -35,6 +35,7 @@ from broker.security import (
 )
 from broker.server import QUEUE_POLICIES, BrokerConfig
 from client.aio import ClientError
+from monitor.validate import CALIBRATION_FRACTIONS
 from routing import FilterSyntaxError, parse_filter
 from topologies import TopologyError, load_case_study
 
@@ -332,7 +333,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         quick=args.quick,
         load_scale=args.load_scale,
-        calibration_fraction=args.calibration_fraction,
+        calibration_fractions=args.calibration_fractions,
+        calibration_repeats=args.calibration_repeats,
         master=args.master,
         quiet=args.quiet,
     )
@@ -540,10 +542,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="short phases (a smoke run)")
     p.add_argument("--load-scale", type=float, default=1.0, help="multiply the target rates")
     p.add_argument(
-        "--calibration-fraction",
+        "--calibration-fractions",
         type=float,
-        default=0.3,
-        help="calibration load as a fraction of the target (default 0.3)",
+        nargs="+",
+        default=list(CALIBRATION_FRACTIONS),
+        metavar="F",
+        help="calibration loads as fractions of the target, one replay each (default "
+        f"{' '.join(f'{f:g}' for f in CALIBRATION_FRACTIONS)}); with two or more, costs are "
+        "carried to the target by how they change with the rate",
+    )
+    p.add_argument(
+        "--calibration-repeats",
+        type=int,
+        default=1,
+        metavar="N",
+        help="replays at each calibration fraction, pooled (default 1)",
     )
     p.add_argument("--master", help="Spark master URL (default: local[*])")
     p.add_argument("--quiet", action="store_true")

@@ -411,6 +411,16 @@ def build_sections(measured: Run, comparison: Comparison | None, simulated) -> l
     return sections
 
 
+def other_calibrations(calibration: Run) -> list[tuple[str, dict[str, Any]]]:
+    """The other runs the prediction used (`hop predict --other-runs`): their folder
+    names and manifests."""
+    summary_path = calibration.path / "analysis" / "predictions_summary.json"
+    if not summary_path.exists():
+        return []
+    runs = [Path(p) for p in json.loads(summary_path.read_text()).get("other_runs", [])]
+    return [(run.name, json.loads((run / "manifest.json").read_text())) for run in runs]
+
+
 def header_rows(measured: Run, calibration: Run | None) -> pd.DataFrame:
     m = measured.manifest
     rows = [
@@ -424,14 +434,16 @@ def header_rows(measured: Run, calibration: Run | None) -> pd.DataFrame:
         ),
         ("git revision", m.get("git_revision") or "-"),
     ]
-    for label, run in (("calibration", calibration), ("measurement", measured)):
-        if run is None:
-            continue
-        c, w = run.manifest["counts"], run.manifest["workload"]
+    runs: list[tuple[str, dict[str, Any]]] = []
+    if calibration is not None:
+        runs.append(("calibration run", calibration.manifest))
+        runs += [(f"also used: {name}", m) for name, m in other_calibrations(calibration)]
+    for label, manifest in [*runs, ("measurement run", measured.manifest)]:
+        c, w = manifest["counts"], manifest["workload"]
         rows.append(
             (
-                f"{label} run",
-                f"{run.manifest['total_rate']:.1f} events/s, {w['warmup_s']:.3g} s warm-up + "
+                label,
+                f"{manifest['total_rate']:.1f} events/s, {w['warmup_s']:.3g} s warm-up + "
                 f"{w['duration_s']:.3g} s measured; published {c['published']}, delivered "
                 f"{c['delivered']}, lost {c['lost']}",
             )

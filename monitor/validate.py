@@ -1,14 +1,19 @@
 """`hop validate`: characterize at low load, predict the target, measure it, report.
 
-1. calibration replay at `calibration_fraction` of the target rates into
-   RUN_DIR/calibration/, analysed with Spark. Its phases are 1/`calibration_fraction`
-   times longer, and the seed is the same, so it publishes the very events the
-   measurement will, only slower;
-2. prediction of the target workload from the calibration alone
-   (RUN_DIR/calibration/analysis/predictions.parquet): the calibration's measured
-   rates scaled up by 1/`calibration_fraction`, so the prediction is for the
-   events the measurement replays, not for the scenario's nominal rates, which a
-   short run's Poisson arrivals miss by several percent;
+1. calibration replays at each of `calibration_fractions` of the target rates, each
+   `calibration_repeats` times: the first into RUN_DIR/calibration/ (analysed with
+   Spark), the others into RUN_DIR/calibration-F-K/. Their phases are 1/F times
+   longer, and the seed is the same, so they publish the very events the measurement
+   will, only slower;
+2. prediction of the target workload (RUN_DIR/calibration/analysis/predictions.parquet):
+   from the first calibration's measured rates scaled up to the target, so the
+   prediction is for the events the measurement replays, not for the scenario's
+   nominal rates, which a short run's Poisson arrivals miss by several percent; with
+   calibrations at two or more fractions, each stage's cost is carried to the target
+   rate by how it changed between them (`monitor.elasticity`; on this VM costs fall
+   as the host gets busier, and one run cannot show by how much: README, "Predicting
+   three times the load"), otherwise the one run's samples are drawn again by idle
+   gaps (`monitor.warmth`);
 3. measurement replay at the target rates into RUN_DIR/measurement/, analysed;
 4. RUN_DIR/report.html and report.md comparing 2 with 3.
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +32,7 @@ from monitor.replay import replay
 from topologies import Workload, load_case_study
 
 QUICK = {"duration_s": 10.0, "warmup_s": 2.0}
+CALIBRATION_FRACTIONS = (0.3, 0.45)
 
 
 @dataclass
@@ -43,7 +50,8 @@ def validate(
     duration_s: float | None = None,
     quick: bool = False,
     load_scale: float = 1.0,
-    calibration_fraction: float = 0.3,
+    calibration_fractions: Sequence[float] = CALIBRATION_FRACTIONS,
+    calibration_repeats: int = 1,
     master: str | None = None,
     quiet: bool = False,
 ) -> ValidationResult:
@@ -52,8 +60,12 @@ def validate(
     from monitor.report import render
     from monitor.spark import spark_session
 
-    if not 0 < calibration_fraction <= 1:
-        raise ValueError(f"calibration fraction must be in (0, 1], got {calibration_fraction}")
+    if not calibration_fractions or not all(0 < f <= 1 for f in calibration_fractions):
+        raise ValueError(
+            f"calibration fractions must be in (0, 1], got {list(calibration_fractions)}"
+        )
+    if calibration_repeats < 1:
+        raise ValueError(f"calibration repeats must be at least 1, got {calibration_repeats}")
     started = time.monotonic()
     durations = dict(QUICK) if quick else {}
     if duration_s is not None:
@@ -65,22 +77,31 @@ def validate(
             print(f"[{time.monotonic() - started:6.1f} s] {text}", file=sys.stderr, flush=True)
 
     workload = load_case_study(study_file).workload or Workload()
-    slow = 1 / calibration_fraction
-    step("calibration replay")
-    calibration = replay(
-        study_file,
-        run_dir / "calibration",
-        scenario=scenario,
-        rate_scale=load_scale * calibration_fraction,
-        quiet=quiet,
-        duration_s=durations.get("duration_s", workload.duration_s) * slow,
-        warmup_s=durations.get("warmup_s", workload.warmup_s) * slow,
-    )
+    calibrations: list[Path] = []
+    for k in range(calibration_repeats):
+        for fraction in calibration_fractions:
+            name = "calibration" if not calibrations else f"calibration-{fraction:g}-{k + 1}"
+            step(f"calibration replay at {fraction:g} of the load ({name})")
+            run = replay(
+                study_file,
+                run_dir / name,
+                scenario=scenario,
+                rate_scale=load_scale * fraction,
+                quiet=quiet,
+                duration_s=durations.get("duration_s", workload.duration_s) / fraction,
+                warmup_s=durations.get("warmup_s", workload.warmup_s) / fraction,
+            )
+            calibrations.append(run.run_dir)
     spark = spark_session(master)
     step("analysing the calibration run")
-    analyze(calibration.run_dir, master=master, spark=spark)
+    analyze(calibrations[0], master=master, spark=spark)
     step("predicting the target workload")
-    predict(calibration.run_dir, rate_scale=slow, measured_rates=True)
+    predict(
+        calibrations[0],
+        rate_scale=1 / calibration_fractions[0],
+        measured_rates=True,
+        other_runs=calibrations[1:] if len(set(calibration_fractions)) > 1 else (),
+    )
     step("measurement replay")
     measurement = replay(
         study_file,

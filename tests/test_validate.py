@@ -50,6 +50,22 @@ def _md_table(md: str, heading: str) -> list[list[str]]:
     return rows
 
 
+def test_the_prediction_carries_costs_from_the_second_calibration(validated: Path) -> None:
+    """`hop validate` replays the calibration at 0.3 and 0.45 of the load; the
+    prediction uses both, and the report's header lists both."""
+    second = validated / "calibration-0.45-1"
+    summary = json.loads(
+        (validated / "calibration" / "analysis" / "predictions_summary.json").read_text()
+    )
+    assert summary["other_runs"] == [str(second)]
+    rates = [
+        json.loads((validated / run / "manifest.json").read_text())["total_rate"]
+        for run in ("calibration", second.name, "measurement")
+    ]
+    assert rates[0] < rates[1] < rates[2]
+    assert "also used: calibration-0.45-1" in (validated / "report.md").read_text()
+
+
 def test_report_tables_match_the_parquet_outputs(validated: Path) -> None:
     md = (validated / "report.md").read_text()
     rows = _md_table(md, "Broker throughput (Table 6.1 form)")
