@@ -55,7 +55,7 @@ class Characterization:
     deliver_delay_ns: np.ndarray
     # The receiving process's idle gap before each sample (aligned with the samples
     # above); which broker sent and received each link sample, received each publish
-    # sample, and which subscriber each delivery sample went to.
+    # sample, and which publisher's event each delivery sample took to which subscriber.
     service_gap_ns: dict[str, np.ndarray]
     service_by_fanout_gap_ns: dict[str, dict[int, np.ndarray]]
     link_gap_ns: np.ndarray
@@ -65,6 +65,7 @@ class Characterization:
     deliver_gap_ns: np.ndarray
     link_sender: np.ndarray
     deliver_subscriber: np.ndarray
+    deliver_publisher: np.ndarray
     client_cpu_per_event_s: float  # client process CPU per publication (with its deliveries)
     rates: dict[str, float]  # measured publications per second, per publisher
     cores: int
@@ -174,6 +175,7 @@ def characterize(run_dir: Path) -> Characterization:
         deliver_gap_ns=delays.deliver_gap,
         link_sender=delays.link_sender,
         deliver_subscriber=delays.deliver_subscriber,
+        deliver_publisher=delays.deliver_publisher,
         client_cpu_per_event_s=cpu_s.get("clients", 0.0) / max(1, len(pubs)),
         rates=rates,
         cores=int(manifest["host"]["cores"]),
@@ -221,6 +223,7 @@ class _Delays:
     deliver: np.ndarray
     deliver_gap: np.ndarray
     deliver_subscriber: np.ndarray
+    deliver_publisher: np.ndarray
 
 
 def _delays(
@@ -231,7 +234,7 @@ def _delays(
     client_activity: np.ndarray,
 ) -> _Delays:
     """The pure delays, each with its receiver's idle gap (and its link's brokers, its
-    home broker or its subscriber)."""
+    home broker or its publisher and subscriber)."""
     done = hops.set_index(["event_id", "broker"])["t_done_ns"]
     forwarded = hops[~hops["from_node"].str.startswith("client:")]
     sent = done.reindex(list(zip(forwarded["event_id"], forwarded["from_node"], strict=True)))
@@ -254,6 +257,7 @@ def _delays(
         deliver=np.maximum(deliver[deliver_keep].astype(float), 0.0),
         deliver_gap=gaps_since(last.astype(float), client_activity.astype(float))[deliver_keep],
         deliver_subscriber=dels["subscriber"].to_numpy()[deliver_keep],
+        deliver_publisher=dels["publisher"].to_numpy()[deliver_keep],
     )
 
 

@@ -155,6 +155,7 @@ def carried(runs: Sequence[Characterization], target_rate: float) -> Characteriz
         deliver_delay_ns=scaled(lambda r: r.deliver_delay_ns),
         deliver_gap_ns=pooled(lambda r: r.deliver_gap_ns),
         deliver_subscriber=np.concatenate([r.deliver_subscriber for r in near]),
+        deliver_publisher=np.concatenate([r.deliver_publisher for r in near]),
         client_cpu_per_event_s=target_mean(lambda r: r.client_cpu_per_event_s),
         problems=[p for r in runs for p in r.problems],
     )

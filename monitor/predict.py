@@ -119,7 +119,7 @@ def _throughputs(char: Characterization, rates: dict[str, float]) -> tuple[dict[
 def warmed(char: Characterization, target: Target, seed: int = 1) -> Characterization:
     """`char` with its service and delay samples drawn again for the target's rates
     (`monitor.warmth`): each process's samples for its own change of rate, each link's,
-    home broker's and subscriber's delays among their own."""
+    home broker's and (publisher, subscriber) pair's delays among their own."""
     calibration, client_calibration = _throughputs(char, char.rates)
     target_rates, client_target = _throughputs(char, target.rates)
     scale = {b: target_rates.get(b, 0.0) / x for b, x in calibration.items() if x > 0}
@@ -155,7 +155,7 @@ def warmed(char: Characterization, target: Target, seed: int = 1) -> Characteriz
         deliver_delay_ns=by_key(
             char.deliver_delay_ns,
             char.deliver_gap_ns,
-            [char.deliver_subscriber],
+            [char.deliver_publisher, char.deliver_subscriber],
             np.full(len(char.deliver_delay_ns), client_scale),
         ),
     )
@@ -214,7 +214,10 @@ def build_network(char: Characterization, target: Target) -> Network:
         deliver_delay_ns=char.deliver_delay_ns,
         link_delays_ns=_keyed(char.link_delay_ns, [char.link_sender, char.link_broker]),
         publish_delays_ns=_keyed(char.publish_delay_ns, [char.publish_broker]),
-        deliver_delays_ns=_keyed(char.deliver_delay_ns, [char.deliver_subscriber]),
+        deliver_delays_ns={
+            **_keyed(char.deliver_delay_ns, [char.deliver_subscriber]),
+            **_keyed(char.deliver_delay_ns, [char.deliver_publisher, char.deliver_subscriber]),
+        },
     )
 
 

@@ -50,6 +50,7 @@ def run(
         deliver_gap_ns=np.zeros(2000),
         link_sender=np.array([brokers[-1]] * 2000),
         deliver_subscriber=np.array(["sub1"] * 2000),
+        deliver_publisher=np.array(["pub1"] * 2000),
         client_cpu_per_event_s=0.001 * rate ** BETAS["overhead"],
         rates={"pub1": rate / 2, "pub2": rate / 2},
         cores=2,

@@ -44,7 +44,7 @@ def test_each_link_with_enough_samples_gets_its_own() -> None:
     assert np.all(network.link_samples("1", "2") == 1e3)
     assert np.all(network.link_samples("2", "1") == 1e6)
     assert np.array_equal(network.link_samples("1", "3"), char.link_delay_ns)  # pooled
-    assert set(network.deliver_delays_ns) == {"sub1"}
+    assert set(network.deliver_delays_ns) == {"sub1", ("pub1", "sub1")}
     assert set(network.publish_delays_ns) == {"1"}
 
 

@@ -234,10 +234,13 @@ class Network:
     with replacement; default 0.
 
     ``link_delays_ns`` (by (from, to) station), ``publish_delays_ns`` (by root
-    station) and ``deliver_delays_ns`` (by subscriber) replace those pooled delays
-    where they name a link, root or subscriber: on tree7 the mean delay of one link
-    was twice another's in every run (README, "Predicting three times the load"),
-    which pooled samples would spread over every path alike.
+    station) and ``deliver_delays_ns`` (by (class, subscriber), else by subscriber)
+    replace those pooled delays where they name a link, root or subscriber: on tree7
+    the mean delay of one link was twice another's in every run (README, "Predicting
+    three times the load"), and on siena15 a subscriber received the events published
+    in its own client process about 250 us later after the last broker than others
+    (the process still busy with the publication), which pooled samples would spread
+    over every path alike.
     """
 
     stations: Sequence[Station]
@@ -248,7 +251,9 @@ class Network:
     deliver_delay_ns: np.ndarray | float = 0.0
     link_delays_ns: Mapping[tuple[str, str], np.ndarray | float] = field(default_factory=dict)
     publish_delays_ns: Mapping[str, np.ndarray | float] = field(default_factory=dict)
-    deliver_delays_ns: Mapping[str, np.ndarray | float] = field(default_factory=dict)
+    deliver_delays_ns: Mapping[str | tuple[str, str], np.ndarray | float] = field(
+        default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         for name in ("stations", "hosts", "classes"):
@@ -294,9 +299,11 @@ class Network:
         """The delay samples from a publication to the root station `root`."""
         return self.publish_delays_ns.get(root, self.publish_delay_ns)
 
-    def deliver_samples(self, subscriber: str) -> np.ndarray:
-        """The delay samples from the delivering station to `subscriber`."""
-        return self.deliver_delays_ns.get(subscriber, self.deliver_delay_ns)
+    def deliver_samples(self, cls: str, subscriber: str) -> np.ndarray:
+        """The delay samples from the delivering station to `subscriber`, for events
+        of class `cls`."""
+        pooled = self.deliver_delays_ns.get(subscriber, self.deliver_delay_ns)
+        return self.deliver_delays_ns.get((cls, subscriber), pooled)
 
     def station(self, name: str) -> Station:
         """The station called `name`."""

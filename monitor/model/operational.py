@@ -396,7 +396,7 @@ def analyze(network: Network, method: Method = "mm1") -> OperationalResult:
                 delays = (
                     network.publish_samples(path[0]).mean()
                     + math.fsum(links)
-                    + network.deliver_samples(subscriber).mean()
+                    + network.deliver_samples(cls.name, subscriber).mean()
                 )
                 weighted[(cls.name, subscriber)].append((p, float(delays) + at_stations))
     latency = {

@@ -333,11 +333,15 @@ def _compile(network: Network, stream: Callable[[], np.random.Generator]) -> _Co
     delay_draws: dict[tuple[str, ...], Draw | None] = {}
 
     def delay_draw(key: tuple[str, ...], samples: np.ndarray) -> Draw | None:
-        """One draw per link, root or subscriber (None for a delay of constant 0)."""
+        """One draw per link, root or (class, subscriber); None for a constant 0."""
         if key not in delay_draws:
             zero = bool(np.all(samples == 0.0))
             delay_draws[key] = None if zero else _sampler(stream(), samples)
         return delay_draws[key]
+
+    def deliver_draw(cls_name: str, subscriber: str) -> Draw:
+        samples = network.deliver_samples(cls_name, subscriber)
+        return delay_draw(("deliver", cls_name, subscriber), samples) or _ZERO_DELAY
 
     def service_draw(j: int, fanout: int) -> Draw:
         station = network.stations[j]
@@ -362,7 +366,7 @@ def _compile(network: Network, stream: Callable[[], np.random.Generator]) -> _Co
                 appends = tuple(
                     (
                         samples[pair_index[(cls.name, s)]].append,
-                        delay_draw(("deliver", s), network.deliver_samples(s)) or _ZERO_DELAY,
+                        deliver_draw(cls.name, s),
                     )
                     for s in tree.deliveries.get(station, ())
                 )
