@@ -32,7 +32,7 @@ from monitor.replay import replay
 from topologies import Workload, load_case_study
 
 QUICK = {"duration_s": 10.0, "warmup_s": 2.0}
-CALIBRATION_FRACTIONS = (0.3, 0.45)
+CALIBRATION_FRACTIONS = (0.3, 0.6)
 
 
 @dataclass

@@ -51,9 +51,9 @@ def _md_table(md: str, heading: str) -> list[list[str]]:
 
 
 def test_the_prediction_carries_costs_from_the_second_calibration(validated: Path) -> None:
-    """`hop validate` replays the calibration at 0.3 and 0.45 of the load; the
+    """`hop validate` replays the calibration at 0.3 and 0.6 of the load; the
     prediction uses both, and the report's header lists both."""
-    second = validated / "calibration-0.45-1"
+    second = validated / "calibration-0.6-1"
     summary = json.loads(
         (validated / "calibration" / "analysis" / "predictions_summary.json").read_text()
     )
@@ -63,7 +63,7 @@ def test_the_prediction_carries_costs_from_the_second_calibration(validated: Pat
         for run in ("calibration", second.name, "measurement")
     ]
     assert rates[0] < rates[1] < rates[2]
-    assert "also used: calibration-0.45-1" in (validated / "report.md").read_text()
+    assert "also used: calibration-0.6-1" in (validated / "report.md").read_text()
 
 
 def test_report_tables_match_the_parquet_outputs(validated: Path) -> None:
