@@ -53,8 +53,9 @@ PREDICTIONS = pa.schema(
 
 
 KEYED_MIN_SAMPLES = 30
-"""Fewest delay samples of one link, home broker or subscriber for the model to use them
-rather than the pooled samples of all (README, "Predicting three times the load")."""
+"""Fewest delay samples of one link, home broker, subscriber or (publisher, subscriber)
+pair for the model to use them rather than the pooled samples of all (README, "Accuracy
+on the 15-broker case study")."""
 
 
 @dataclass
@@ -250,9 +251,9 @@ def predict(
     With `other_runs` (runs of the same workload, at least one at another rate than
     RUN_DIR's; repeats at one rate are pooled) each stage's samples are carried to the
     target's rate by how the stage changed between the rates (`monitor.elasticity`).
-    Otherwise, with `warm` (the default), the run's samples are
-    drawn again for the target's rates (`warmed`); without it they are taken as
-    measured, as the thesis does.
+    Otherwise, with `warm` (the default), the run's samples are drawn again for the
+    target's rates (`warmed`); without it they are taken as measured, as the thesis
+    does.
     """
     unknown = set(methods) - set(METHODS)
     if unknown:

@@ -66,6 +66,9 @@ def validate(
         )
     if calibration_repeats < 1:
         raise ValueError(f"calibration repeats must be at least 1, got {calibration_repeats}")
+    carry = len(set(calibration_fractions)) > 1
+    if calibration_repeats > 1 and not carry:
+        raise ValueError("repeated calibrations are pooled across two or more fractions: give two")
     started = time.monotonic()
     durations = dict(QUICK) if quick else {}
     if duration_s is not None:
@@ -100,7 +103,7 @@ def validate(
         calibrations[0],
         rate_scale=1 / calibration_fractions[0],
         measured_rates=True,
-        other_runs=calibrations[1:] if len(set(calibration_fractions)) > 1 else (),
+        other_runs=calibrations[1:] if carry else (),
     )
     step("measurement replay")
     measurement = replay(

@@ -113,3 +113,20 @@ def test_hop_replay_stops_its_brokers_on_sigterm(tmp_path: Path) -> None:
     addresses = [study.topology.address(b) for b in sorted(study.topology.brokers)]
     args = ["replay", str(path), "--out", str(tmp_path / "run"), "--duration", "60", "--quiet"]
     assert stopped_by_sigterm(args, addresses) != 0
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--calibration-fractions", "0.3", "1.5"], "calibration fractions must be in (0, 1]"),
+        (["--calibration-repeats", "0"], "calibration repeats must be at least 1"),
+        (["--calibration-fractions", "0.3", "--calibration-repeats", "2"], "give two"),
+    ],
+)
+def test_hop_validate_refuses_bad_calibrations(
+    tmp_path: Path, options: list[str], message: str
+) -> None:
+    study = REPO / "topologies" / "tree7.toml"
+    result = run_hop("validate", str(study), "--out", str(tmp_path / "run"), *options)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert not (tmp_path / "run" / "calibration").exists()
