@@ -20,7 +20,8 @@ Modelling assumptions the description encodes (thesis 4.1, 4.3.1):
   replaced by the joint distribution of whole trees, so that correlated
   forwarding decisions are kept.
 * Network links and client-side processing are pure delays (infinite servers):
-  no queueing, drawn independently per event and hop.
+  no queueing, drawn independently per event and hop, from the samples of that
+  link, root or (class, subscriber) pair where the network has them.
 """
 
 from __future__ import annotations
@@ -239,8 +240,8 @@ class Network:
     the mean delay of one link was twice another's in every run (README, "Predicting
     three times the load"), and on siena15 a subscriber received the events published
     in its own client process about 250 us later after the last broker than others
-    (the process still busy with the publication), which pooled samples would spread
-    over every path alike.
+    (the process still busy with the publication; a scratch analysis of one s1 run's
+    traces on 2026-11-25), which pooled samples would spread over every path alike.
     """
 
     stations: Sequence[Station]
