@@ -20,11 +20,11 @@ rate is the median of the runs' means and their samples are pooled. Repeats matt
 because the elasticity amplifies noise: carried from 1x and 1.5x to 3x, a mean is the
 1.5x mean times (its ratio to the 1x mean) ** 1.7, and on this VM one run's stage means
 move 10-20 % from one run to the next. In the CI run of 2026-11-25 that failed, the
-three rounds' own predictions of one publisher's latency at 3x were 2.13, 1.48 and
-2.22 ms for a measured 1.69 ms; `tests/test_model_validation.py` checks the prediction
-from all rounds' runs against real processes (tree7 at 1x and 1.5x, predicted and
-measured at 3x; README, "Predicting three times the load") and prints each round's
-own beside it.
+three rounds' own predictions of one publisher's latency at 3x (from 1x and 1.5x) were
+2.13, 1.48 and 2.22 ms for a measured 1.69 ms; `tests/test_model_validation.py` checks
+the prediction from all rounds' runs against real processes (tree7 at 1x and 2x,
+predicted and measured at 3x; README, "Predicting three times the load") and prints
+each round's own beside it.
 
 Assumptions: the runs carry the same workload (same publishers, trees and
 subscriptions) at different rates; a stage's elasticity is the same at every rate
@@ -112,26 +112,26 @@ def carried(runs: Sequence[Characterization], target_rate: float) -> Characteriz
         return means[nearest] * step ** fitted_elasticity(rates, means)
 
     def pooled(get: Callable[[Characterization], np.ndarray]) -> np.ndarray:
-        return np.concatenate([np.asarray(get(r), dtype=float) for r in near])
+        """The runs at the nearest rate's arrays (samples, gaps or keys), joined."""
+        return np.concatenate([np.asarray(get(r)) for r in near])
+
+    def factor(get: Callable[[Characterization], np.ndarray]) -> float:
+        """What the pooled samples of a stage are multiplied by to reach its target mean."""
+        mean = _mean(pooled(get))
+        return target_mean(lambda r: _mean(get(r))) / mean if mean > 0 else 1.0
 
     def scaled(get: Callable[[Characterization], np.ndarray]) -> np.ndarray:
-        samples = pooled(get)
-        want = target_mean(lambda r: _mean(get(r)))
-        mean = _mean(samples)
-        return samples * (want / mean) if mean > 0 else samples
+        return pooled(get) * factor(get)
 
     service, by_fanout, overhead = {}, {}, {}
     service_gaps, by_fanout_gaps = {}, {}
     for b in reference.brokers:
-        samples = pooled(lambda r, b=b: r.service_ns[b])
-        want = target_mean(lambda r, b=b: _mean(r.service_ns[b]))
-        factor = want / _mean(samples) if _mean(samples) > 0 else 1.0
-        service[b] = samples * factor
+        f = factor(lambda r, b=b: r.service_ns[b])
+        service[b] = pooled(lambda r, b=b: r.service_ns[b]) * f
         service_gaps[b] = pooled(lambda r, b=b: r.service_gap_ns[b])
         fanouts = sorted({k for r in near for k in r.service_by_fanout[b]})
         by_fanout[b] = {
-            k: pooled(lambda r, b=b, k=k: r.service_by_fanout[b].get(k, ())) * factor
-            for k in fanouts
+            k: pooled(lambda r, b=b, k=k: r.service_by_fanout[b].get(k, ())) * f for k in fanouts
         }
         by_fanout_gaps[b] = {
             k: pooled(lambda r, b=b, k=k: r.service_by_fanout_gap_ns[b].get(k, ())) for k in fanouts
@@ -147,15 +147,15 @@ def carried(runs: Sequence[Characterization], target_rate: float) -> Characteriz
         overhead_ns=overhead,
         link_delay_ns=scaled(lambda r: r.link_delay_ns),
         link_gap_ns=pooled(lambda r: r.link_gap_ns),
-        link_broker=np.concatenate([r.link_broker for r in near]),
-        link_sender=np.concatenate([r.link_sender for r in near]),
+        link_broker=pooled(lambda r: r.link_broker),
+        link_sender=pooled(lambda r: r.link_sender),
         publish_delay_ns=scaled(lambda r: r.publish_delay_ns),
         publish_gap_ns=pooled(lambda r: r.publish_gap_ns),
-        publish_broker=np.concatenate([r.publish_broker for r in near]),
+        publish_broker=pooled(lambda r: r.publish_broker),
         deliver_delay_ns=scaled(lambda r: r.deliver_delay_ns),
         deliver_gap_ns=pooled(lambda r: r.deliver_gap_ns),
-        deliver_subscriber=np.concatenate([r.deliver_subscriber for r in near]),
-        deliver_publisher=np.concatenate([r.deliver_publisher for r in near]),
+        deliver_subscriber=pooled(lambda r: r.deliver_subscriber),
+        deliver_publisher=pooled(lambda r: r.deliver_publisher),
         client_cpu_per_event_s=target_mean(lambda r: r.client_cpu_per_event_s),
         problems=[p for r in runs for p in r.problems],
     )

@@ -36,8 +36,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from monitor.characterize import characterize
-from monitor.elasticity import carried
+from monitor.characterize import Characterization, characterize
+from monitor.elasticity import carried, total_rate
 from monitor.measured import window_figures
 from monitor.predict import predict, target_workload, warmed
 from monitor.traces import read_table
@@ -127,11 +127,10 @@ def _pair_weights(run_dir: Path) -> dict[tuple[str, str], float]:
     return {k: float(v) for k, v in dels.groupby(["publisher", "subscriber"]).size().items()}
 
 
-def stage_columns(calibration: Path, second: Path) -> dict[str, dict[str, float]]:
+def stage_columns(low: Characterization, high: Characterization) -> dict[str, dict[str, float]]:
     """The stage means (`Characterization.stage_means_us`) of one round's two
     characterization runs, and of the 1x run's samples drawn again by idle gaps for 3x
     the load (`warmed`)."""
-    low, high = characterize(calibration), characterize(second)
     target = target_workload(low, None, None, SCALE, True)
     return {
         "at_1x": low.stage_means_us(),
@@ -177,16 +176,18 @@ def test_three_times_the_load_is_predicted_from_low_load_runs(tmp_path: Path) ->
     want_throughput, want_latency = calibrated_prediction(
         calibrations[0], others=[*calibrations[1:], *seconds]
     )
+    # Each run characterized once for the tables printed below.
+    chars = {run: characterize(run) for run_round in rounds for run in run_round}
     pairwise, one_run, as_measured, stages = [], [], [], []
     for calibration, second, _ in rounds:
         wall = DIAGNOSTIC_WALL_S
         pairwise.append(calibrated_prediction(calibration, others=[second], wall_s=wall)[1])
         one_run.append(calibrated_prediction(calibration, wall_s=wall)[1])
         as_measured.append(calibrated_prediction(calibration, warm=False, wall_s=wall)[1])
-        stages.append(stage_columns(calibration, second))
+        stages.append(stage_columns(chars[calibration], chars[second]))
     pooled = carried(
-        [characterize(run) for run in [*calibrations, *seconds]],
-        SCALE * sum(characterize(calibrations[0]).rates.values()),
+        [chars[run] for run in [*calibrations, *seconds]],
+        SCALE * total_rate(chars[calibrations[0]]),
     )
     runs = [window_figures(measurement) for _, _, measurement in rounds]
     throughput = pd.DataFrame([t for t, _ in runs]).median().to_dict()
@@ -217,14 +218,12 @@ def test_three_times_the_load_is_predicted_from_low_load_runs(tmp_path: Path) ->
         {
             **{column: pd.DataFrame([c[column] for c in stages]).median() for column in stages[0]},
             "carried_to_3x": pd.Series(pooled.stage_means_us()),
-            "measured_3x": pd.DataFrame(
-                [characterize(m).stage_means_us() for _, _, m in rounds]
-            ).median(),
+            "measured_3x": pd.DataFrame([chars[m].stage_means_us() for _, _, m in rounds]).median(),
         }
     )
     links = pd.DataFrame(
         {
-            f"at_{scale}x": pd.DataFrame([characterize(r).link_means_us() for r in runs]).median()
+            f"at_{scale}x": pd.DataFrame([chars[r].link_means_us() for r in runs]).median()
             for scale, runs in (("1", calibrations), ("3", [m for _, _, m in rounds]))
         }
     )

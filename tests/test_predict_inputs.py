@@ -1,5 +1,5 @@
 """What `hop predict` hands the model from a characterization: delays by link, home
-broker and subscriber (monitor.predict)."""
+broker, subscriber and (publisher, subscriber) pair (monitor.predict)."""
 
 from __future__ import annotations
 
