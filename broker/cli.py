@@ -526,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN_DIR2",
         help="runs of the same workload, at least one at another rate: each stage's cost "
         "is carried to the target rate by how it changed between the rates, and runs at "
-        "one rate are pooled (monitor.elasticity)",
+        "one rate are pooled (monitor.carry)",
     )
     p.set_defaults(func=cmd_predict)
 

@@ -67,6 +67,10 @@ class Characterization:
     deliver_subscriber: np.ndarray
     deliver_publisher: np.ndarray
     client_cpu_per_event_s: float  # client process CPU per publication (with its deliveries)
+    # CPU seconds per second the run's processes (brokers and the client process) spent
+    # in the window: how busy the host's cores were (`monitor.carry`); NaN when the
+    # manifest has no per-process CPU figures.
+    busy_cores: float
     rates: dict[str, float]  # measured publications per second, per publisher
     cores: int
     window_s: float
@@ -177,6 +181,7 @@ def characterize(run_dir: Path) -> Characterization:
         deliver_subscriber=delays.deliver_subscriber,
         deliver_publisher=delays.deliver_publisher,
         client_cpu_per_event_s=cpu_s.get("clients", 0.0) / max(1, len(pubs)),
+        busy_cores=sum(cpu_s.values()) / window_s if cpu_s else float("nan"),
         rates=rates,
         cores=int(manifest["host"]["cores"]),
         window_s=window_s,

@@ -26,8 +26,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from monitor.carry import carried
 from monitor.characterize import Characterization, characterize
-from monitor.elasticity import carried
 from monitor.measured import in_window
 from monitor.model.network import EventClass, Host, Network, Station, Tree
 from monitor.model.operational import analyze as operational
@@ -250,7 +250,7 @@ def predict(
 
     With `other_runs` (runs of the same workload, at least one at another rate than
     RUN_DIR's; repeats at one rate are pooled) each stage's samples are carried to the
-    target's rate by how the stage changed between the rates (`monitor.elasticity`).
+    target's rate by how the stage changed with the host's load between the rates (`monitor.carry`).
     Otherwise, with `warm` (the default), the run's samples are drawn again for the
     target's rates (`warmed`); without it they are taken as measured, as the thesis
     does.

@@ -36,8 +36,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from monitor.carry import carried, total_rate
 from monitor.characterize import Characterization, characterize
-from monitor.elasticity import carried, total_rate
 from monitor.measured import window_figures
 from monitor.predict import predict, target_workload, warmed
 from monitor.traces import read_table

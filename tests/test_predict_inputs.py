@@ -10,7 +10,7 @@ import numpy as np
 from monitor.characterize import Characterization
 from monitor.predict import KEYED_MIN_SAMPLES, Target, build_network, warmed
 from monitor.warmth import matched
-from tests.test_elasticity import run
+from tests.test_carry import run
 
 TREE = ((("1", "2"),), (("2", ("sub1",)),))  # pub1 at broker 1, forwarded to 2, delivered
 
