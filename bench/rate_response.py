@@ -8,8 +8,9 @@ brokers' service times) changes with the load. This replays a case study (defaul
 of its own, once per rate scale in the order given (a palindrome such as 1 1.5 3 3
 1.5 1 shows whether the order matters). Every run publishes the same events (same
 seed, gaps divided by the scale, the duration too). Per run it prints and records the
-stage means (`Characterization.stage_means_us`) and each publisher's mean latency
-(`monitor.measured`). Traces go to a temporary folder.
+stage means (`Characterization.stage_means_us`), the host's busy share and CPU per
+publication (`monitor.carry`) and each publisher's mean latency (`monitor.measured`).
+Traces go to a temporary folder.
 Run: ``python -m bench.rate_response [--study FILE] [--scales S ...] [--seconds T]``
 (T: the duration at scale 1; 24 s by default, as the validation's calibration).
 """
@@ -23,6 +24,7 @@ from typing import Any
 
 from bench.common import median, write_result
 from broker.process import unwind_on_sigterm
+from monitor.carry import total_rate
 from monitor.characterize import characterize
 from monitor.measured import window_figures
 from tests.network import REPO, on_free_ports, run_hop
@@ -58,13 +60,17 @@ def run(study: Path, scales: list[float], seconds: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         for i, scale in enumerate(scales):
             run_dir = replay(study, Path(tmp), f"run{i}", seconds, scale)
-            stages = characterize(run_dir).stage_means_us()
+            char = characterize(run_dir)
+            stages = char.stage_means_us()
             services = [v for k, v in stages.items() if k.startswith("service ")]
             _, latency_ms = window_figures(run_dir)
             row = {
                 "scale": scale,
                 **{k: round(v, 1) for k, v in stages.items()},
                 "service_mean_us": round(sum(services) / len(services), 1),
+                # the axis `monitor.carry` carries the stages along
+                "busy_cores": round(char.busy_cores, 4),
+                "cpu_ms_per_event": round(char.busy_cores / total_rate(char) * 1e3, 3),
                 "latency_ms": {p: round(v, 3) for p, v in sorted(latency_ms.items())},
             }
             runs.append(row)
@@ -72,7 +78,14 @@ def run(study: Path, scales: list[float], seconds: float) -> dict[str, Any]:
     by_scale = {
         scale: {
             stage: median([r[stage] for r in runs if r["scale"] == scale])
-            for stage in ("link", "publish", "deliver", "service_mean_us")
+            for stage in (
+                "link",
+                "publish",
+                "deliver",
+                "service_mean_us",
+                "busy_cores",
+                "cpu_ms_per_event",
+            )
         }
         for scale in sorted(set(scales))
     }
@@ -84,7 +97,8 @@ def _line(row: dict[str, Any]) -> str:
     return (
         f"x{row['scale']}: link {row['link']:.0f} us, publish {row['publish']:.0f} us, "
         f"deliver {row['deliver']:.0f} us, service (mean of brokers) "
-        f"{row['service_mean_us']:.0f} us; latency (ms) {latency}"
+        f"{row['service_mean_us']:.0f} us; host busy {row['busy_cores']:.3f} cores, "
+        f"{row['cpu_ms_per_event']:.2f} ms CPU per publication; latency (ms) {latency}"
     )
 
 

@@ -17,6 +17,7 @@ def test_two_short_replays_are_characterized_in_order() -> None:
     for row in result["runs"]:
         assert row["link"] > 0 and row["publish"] > 0 and row["deliver"] > 0
         assert row["service_mean_us"] > 0
+        assert 0 < row["busy_cores"] <= 2 and row["cpu_ms_per_event"] > 0
         assert set(row["latency_ms"]) == {"pub1", "pub2", "pub3", "pub4"}
         assert all(v > 0 for v in row["latency_ms"].values())
     assert set(result["medians"]) == {1.0, 2.0}

@@ -8,8 +8,9 @@ gaps scaled) and the prediction starts from the rates the calibration measured
 the load, not which events the random workload happened to draw.
 
 The latency asserted is predicted from eight characterization runs, four at 1x and four
-at 2x the rates (`hop predict --other-runs`): each stage carried to 3x by how it
-changed between the two rates (`monitor.elasticity`), each rate's repeats pooled. The
+at 2x the rates (`hop predict --other-runs`): each stage carried to 3x along its line
+in the host's busy share through the two rates (`monitor.carry`), each rate's repeats
+pooled. The
 rounds' own predictions (one 1x and one 2x run each) and those from the 1x runs alone
 (with and without the idle-gap redraw, `monitor.warmth`) are printed beside it.
 
@@ -172,7 +173,7 @@ def test_three_times_the_load_is_predicted_from_low_load_runs(tmp_path: Path) ->
     calibrations = [c for c, _, _ in rounds]
     seconds = [s for _, s, _ in rounds]
     # The prediction asserted: from all characterization runs (each rate's repeats
-    # pooled, `monitor.elasticity`).
+    # pooled, `monitor.carry`).
     want_throughput, want_latency = calibrated_prediction(
         calibrations[0], others=[*calibrations[1:], *seconds]
     )
