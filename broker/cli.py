@@ -525,8 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="RUN_DIR2",
         help="runs of the same workload, at least one at another rate: each stage's cost "
-        "is carried to the target rate by how it changed between the rates, and runs at "
-        "one rate are pooled (monitor.carry)",
+        "is carried to the target along its line in the host's busy share through the "
+        "runs, and runs at one rate are pooled (monitor.carry)",
     )
     p.set_defaults(func=cmd_predict)
 

@@ -56,15 +56,14 @@ REPETITIONS = 4  # rounds of the three runs (1x, 2x, 3x)
 # within 8 % in four runs of this test on 2026-11-25 while the VM was fast, but off by 27 %
 # in a `make test` an hour later, when it had turned slow: its stage costs then did not
 # move between 1x and 1.5x and fell 15 % between 1.5x and 2x (the medians of five rounds
-# # of runs at 1x, 1.5x, 2x and 3x the same hour). Predicted from the runs at 1x and 2x of
-# those rounds, four rounds at a time, the worst error was 5.0-13.3 %, and 10.1-12.8 %
-# from five such rounds made while the VM was fast (a scratch evaluation of this test's
-# prediction on saved runs, not in the repository).
+# of runs at 1x, 1.5x, 2x and 3x the same hour).
 SECOND = 2.0
-LATENCY_TARGET = 0.15  # issue 6, printed: met in the runs above, but not by a margin
-# What is asserted, so that the prediction cannot regress: on this VM, whose speed moves
-# by the hour, the 15 % above is not yet met reliably.
-GUARD = 0.25
+# Issue 6's target, asserted. This test's prediction, made again on thirteen saved sets
+# of its runs (two sets of five rounds, fast and slow hours, four rounds at a time, and
+# three of its own runs; a scratch evaluation, not in the repository), was 3.9-10.2 %
+# off at worst with the stages carried along the host's busy share (`monitor.carry`),
+# and 5.0-13.3 % with the power of the rate used before.
+LATENCY_TARGET = 0.15
 DIAGNOSTIC_WALL_S = 5.0  # simulation time of the printed per-round predictions
 # The prediction from the 1x run alone (its samples drawn again by idle gaps,
 # `monitor.warmth`) is guarded against gross regression only: on 2026-11-24 the same
@@ -244,10 +243,9 @@ def test_three_times_the_load_is_predicted_from_low_load_runs(tmp_path: Path) ->
     worst = latencies["predicted_error"].abs().max()
     one_run_worst = latencies["one_run_error"].abs().max()
     print(
-        f"worst latency error {worst:.1%} from all runs (target {LATENCY_TARGET:.0%}, "
-        f"asserted {GUARD:.0%}), "
+        f"worst latency error {worst:.1%} from all runs (target {LATENCY_TARGET:.0%}), "
         f"{latencies['one_round_error'].abs().max():.1%} as the median of the rounds' "
         f"own two-run predictions, {one_run_worst:.1%} from the 1x run alone"
     )
-    assert worst <= GUARD, report
+    assert worst <= LATENCY_TARGET, report
     assert one_run_worst <= ONE_RUN_GUARD, report
