@@ -64,8 +64,8 @@ from bench.throughput import (
     start_process,
     stop_process,
 )
+from broker.local_network import free_base_port
 from broker.process import unwind_on_sigterm
-from tests.network import free_base_port
 
 TOPIC = "bench/events"
 AMQTT_EVENTS_SCALE = 0.05  # amqtt is ~10-100x slower than the others: fewer events per run

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import median, write_result
+from broker.local_network import REPO, on_free_ports, run_hop
 from broker.process import unwind_on_sigterm
 from monitor.carry import total_rate
 from monitor.characterize import characterize
 from monitor.measured import window_figures
-from tests.network import REPO, on_free_ports, run_hop
 
 WARMUP_FRACTION = 1 / 8  # of the measured duration, as in the model validation
 

@@ -59,6 +59,7 @@ import client
 from bench.common import median, write_result
 from bench.relay import READ_SIZE, FrameDecoder, handshake
 from broker.limits import Limits
+from broker.local_network import Network, free_base_port
 from broker.process import StartupError, port_accepts, unwind_on_sigterm
 from broker.protocol import (
     PROTOCOL_VERSION,
@@ -76,7 +77,6 @@ from broker.protocol import (
     Welcome,
 )
 from routing import parse_filter
-from tests.network import Network, free_base_port
 from topologies.generators import chain
 
 REPO = Path(__file__).resolve().parent.parent

@@ -34,6 +34,7 @@ import numpy as np
 import trio
 
 from bench.common import median, write_result
+from broker.local_network import free_base_port
 from broker.process import BrokerProcesses, unwind_on_sigterm
 from broker.protocol import (
     PROTOCOL_VERSION,
@@ -47,7 +48,6 @@ from broker.protocol import (
 )
 from monitor.replay import process_cpu_s
 from routing import parse_filter
-from tests.network import free_base_port
 from topologies.generators import chain, to_toml
 
 PAYLOAD = b"x" * 100  # with the other attributes, frames of about 150 bytes

@@ -42,10 +42,10 @@ import trio
 import client
 from bench.common import write_result
 from bench.throughput import latency_summary, retry_ports, start_network_on
+from broker.local_network import REPO, Network
 from broker.process import unwind_on_sigterm
 from monitor.workload import EventGenerator
 from routing import MatchIndex, parse_filter
-from tests.network import REPO, Network
 from topologies import CaseStudy, load_case_study
 from topologies.model import PublisherSpec, Workload
 

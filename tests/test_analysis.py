@@ -30,10 +30,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from broker.local_network import REPO
 from monitor.analysis import analyze, main
 from monitor.schema import DELIVERIES, HOPS, PUBLICATIONS
 from monitor.traces import TraceError, read_table
-from tests.network import REPO
 from tests.test_replay import run_replay, small_study
 
 S = 1_800_000_000 * 10**9  # the measurement window: [S, E)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench import predict_speed
-from tests.network import REPO
+from broker.local_network import REPO
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench import rate_response
-from tests.network import REPO
+from broker.local_network import REPO
 
 pytestmark = pytest.mark.integration
 

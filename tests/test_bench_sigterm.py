@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.network import REPO
+from broker.local_network import REPO
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from broker.cli import _attributes, _value
+from broker.local_network import HOP, REPO, Network, run_hop
 from broker.probe import fetch_stats
-from tests.network import HOP, REPO, Network, run_hop
 
 
 def test_bad_topology_file_exits_2_naming_file_and_field(tmp_path: Path) -> None:

@@ -18,9 +18,9 @@ import pytest
 import trio
 
 import client
+from broker.local_network import free_base_port
 from broker.process import BrokerProcesses
 from broker.protocol import Connection, Hello, Welcome
-from tests.network import free_base_port
 from topologies.generators import chain, to_toml
 
 pytestmark = pytest.mark.integration
@@ -303,7 +303,7 @@ def test_client_heartbeat_gives_up_a_silent_broker_and_reconnects() -> None:
 
 @pytest.mark.integration
 def test_blocking_client_keeps_its_subscription_across_a_broker_restart(tmp_path: Path) -> None:
-    from tests.network import Network
+    from broker.local_network import Network
 
     net = Network.from_file("chain5", tmp_path).start()
     try:

@@ -15,6 +15,7 @@ import trio
 
 import client
 from broker.cli import main as hop_main
+from broker.local_network import REPO, Network, free_base_port
 from broker.protocol import (
     PROTOCOL_VERSION,
     Bye,
@@ -30,7 +31,6 @@ from broker.protocol import (
 from broker.server import BrokerConfig
 from monitor.traces import read_table
 from routing import parse_filter
-from tests.network import REPO, Network, free_base_port
 from topologies.generators import chain
 
 pytestmark = pytest.mark.integration

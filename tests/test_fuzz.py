@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import client
+from broker.local_network import Network, free_base_port
 from broker.protocol import (
     PROTOCOL_VERSION,
     Bye,
@@ -46,7 +47,6 @@ from broker.protocol import (
     encode_frame,
 )
 from routing import Filter, FilterSyntaxError, parse_filter
-from tests.network import Network, free_base_port
 from topologies.generators import chain
 
 V = PROTOCOL_VERSION

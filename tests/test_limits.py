@@ -11,6 +11,7 @@ import trio
 
 import client
 from broker.cli import _limit_args, build_parser
+from broker.local_network import Network, free_base_port
 from broker.process import BrokerProcesses
 from broker.protocol import (
     ERR_FRAMING,
@@ -27,7 +28,6 @@ from broker.protocol import (
     Welcome,
     encode_frame,
 )
-from tests.network import Network, free_base_port
 from topologies.generators import chain
 
 V = PROTOCOL_VERSION

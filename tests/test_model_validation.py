@@ -37,12 +37,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from broker.local_network import REPO, on_free_ports, run_hop
 from monitor.carry import carried, total_rate
 from monitor.characterize import Characterization, characterize
 from monitor.measured import window_figures
 from monitor.predict import predict, target_workload, warmed
 from monitor.traces import read_table
-from tests.network import REPO, on_free_ports, run_hop
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.network import REPO
+from broker.local_network import REPO
 from topologies import BrokerSpec, Topology
 from topologies.generators import to_toml
 

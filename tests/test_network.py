@@ -15,8 +15,8 @@ import pytest
 import trio
 
 import client
+from broker.local_network import Network
 from routing import parse_filter
-from tests.network import Network
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from broker.local_network import free_base_port
 from broker.protocol import PROTOCOL_VERSION, Connection, Ping, Pong, Welcome, encode_frame
 from broker.server import Broker, BrokerConfig
-from tests.network import free_base_port
 from topologies.generators import chain
 
 

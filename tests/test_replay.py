@@ -14,12 +14,12 @@ import pytest
 import trio
 
 import client
+from broker.local_network import REPO, Network, free_base_port
 from monitor.replay import publisher_name, subscriber_name
 from monitor.schema import HOPS
 from monitor.traces import TraceError, read_table
 from monitor.tracing import attributes_from_json
 from routing import parse_filter
-from tests.network import REPO, Network, free_base_port
 from topologies import CaseStudy, load_case_study
 from topologies.generators import to_toml
 

@@ -16,6 +16,7 @@ import trio
 
 import client
 from broker.cli import main
+from broker.local_network import REPO, Network, free_base_port
 from broker.probe import clock_offset, fetch_stats
 from broker.process import BrokerProcesses
 from broker.protocol import ProtocolError
@@ -26,7 +27,6 @@ from broker.security import (
     ClientCredentials,
     secret_matches,
 )
-from tests.network import REPO, Network, free_base_port
 from topologies import Security, TlsFiles, Topology, TopologyError, load_topology
 from topologies.generators import chain, kary_tree, to_toml
 

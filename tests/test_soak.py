@@ -20,9 +20,9 @@ import pytest
 import trio
 
 import client
+from broker.local_network import REPO, Network
 from monitor.workload import EventGenerator
 from routing import parse_filter
-from tests.network import REPO, Network
 from topologies import CaseStudy, load_case_study
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

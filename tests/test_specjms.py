@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from broker.local_network import REPO, free_base_port
 from monitor.replay import check_deliveries, publisher_name, subscriber_name
 from monitor.traces import read_table
 from monitor.tracing import attributes_from_json
 from monitor.workload import EventGenerator
 from routing import parse_filter
-from tests.network import REPO, free_base_port
 from topologies import (
     SHIPPED,
     CaseStudy,

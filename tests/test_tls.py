@@ -13,8 +13,8 @@ import pytest
 import trio
 
 import client
+from broker.local_network import REPO, Network, free_base_port
 from broker.security import client_ssl_context
-from tests.network import REPO, Network, free_base_port
 from topologies import Security, TlsFiles
 from topologies.generators import kary_tree
 

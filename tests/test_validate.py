@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.network import run_hop
+from broker.local_network import run_hop
 from tests.test_replay import small_study
 
 pytestmark = pytest.mark.integration

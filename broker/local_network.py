@@ -1,4 +1,6 @@
-"""Real broker networks on 127.0.0.1 for integration tests, cleaned up by PID."""
+"""Real broker networks on 127.0.0.1, cleaned up by PID, and this checkout's `hop`
+command: what the integration tests and the benchmarks start (neither imports the
+other's modules for it)."""
 
 from __future__ import annotations
 
