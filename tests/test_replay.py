@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -15,6 +16,7 @@ import trio
 
 import client
 from broker.local_network import REPO, Network, free_base_port
+from monitor.characterize import characterize
 from monitor.replay import publisher_name, subscriber_name
 from monitor.schema import HOPS
 from monitor.traces import TraceError, read_table
@@ -86,6 +88,12 @@ def test_replay_traces_show_every_routing_decision(tmp_path: Path, routing: str)
     phases = manifest["phases"]
     assert phases["start_ns"] < phases["measure_start_ns"] < phases["measure_end_ns"]
     assert phases["measure_end_ns"] <= phases["drain_end_ns"]
+    # The CPU of every process in the window: how busy the host was (monitor.carry)
+    assert set(phases["cpu_s"]) == {str(b) for b in study.topology.brokers} | {"clients"}
+    window_s = (phases["measure_end_ns"] - phases["measure_start_ns"]) / 1e9
+    busy = characterize(out).busy_cores
+    assert busy == pytest.approx(sum(phases["cpu_s"].values()) / window_s)
+    assert 0 < busy <= os.cpu_count()
     offsets = manifest["clock_offsets_ns"]
     assert sorted(offsets, key=int) == [str(b) for b in sorted(study.topology.brokers)]
     for estimate in offsets.values():  # one host, one clock: off by at most half the RTT
