@@ -250,7 +250,8 @@ def predict(
 
     With `other_runs` (runs of the same workload, at least one at another rate than
     RUN_DIR's; repeats at one rate are pooled) each stage's samples are carried to the
-    target's rate by how the stage changed with the host's load between the rates (`monitor.carry`).
+    target along the stage's line in the host's busy share through the runs
+    (`monitor.carry`).
     Otherwise, with `warm` (the default), the run's samples are drawn again for the
     target's rates (`warmed`); without it they are taken as measured, as the thesis
     does.

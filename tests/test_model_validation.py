@@ -10,9 +10,9 @@ the load, not which events the random workload happened to draw.
 The latency asserted is predicted from eight characterization runs, four at 1x and four
 at 2x the rates (`hop predict --other-runs`): each stage carried to 3x along its line
 in the host's busy share through the two rates (`monitor.carry`), each rate's repeats
-pooled. The
-rounds' own predictions (one 1x and one 2x run each) and those from the 1x runs alone
-(with and without the idle-gap redraw, `monitor.warmth`) are printed beside it.
+pooled. The rounds' own predictions (one 1x and one 2x run each) and those from the 1x
+runs alone (with and without the idle-gap redraw, `monitor.warmth`) are printed beside
+it.
 
 The measurement is made four times and the median taken per publisher: on this VM
 the same 8-second run at 3x gives mean latencies 10-20 % apart from one run to the
