@@ -7,7 +7,7 @@ brokers, the hand-over to a client, and the CPU each process spends per event of
 path. Part of that is the receiving process's own idle gap (`monitor.warmth`), but most
 of it is a state of the whole host that one run at one rate does not show (README,
 "Predicting three times the load"). On tree7 the host's processes together spent 2.7-4.0
-ms of CPU per publication at 1x and 1.7-2.5 ms at 3x (ten runs at each rate).
+ms of CPU per publication at 1x and 1.7-2.6 ms at 3x (ten runs at each rate).
 
 Runs at two rates show it. Each run's *busy share* U is the CPU seconds per second its
 processes (brokers and clients) spent in the measurement window
