@@ -548,8 +548,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(CALIBRATION_FRACTIONS),
         metavar="F",
         help="calibration loads as fractions of the target, one replay each (default "
-        f"{' '.join(f'{f:g}' for f in CALIBRATION_FRACTIONS)}); with two or more, costs are "
-        "carried to the target by how they change with the rate",
+        f"{' '.join(f'{f:g}' for f in CALIBRATION_FRACTIONS)}); with two or more, each cost "
+        "is carried to the target along its line in the host's busy share (monitor.carry)",
     )
     p.add_argument(
         "--calibration-repeats",
