@@ -676,13 +676,16 @@ class Broker:
                 await self._send_blocked(blocked, missed)
             if missed:
                 self._count_missed(missed, sends)
-        elif blocked or missed or len(sends) != 1:
-            await self._trace_unusual(link, index, t_start, decision, sends, blocked, missed)
-        else:  # the common case, traced in as few steps as it takes: one target, at once
-            out, frame = sends[0]
-            link.trace_rows.extend(  # monitor.hop_trace.EVENT_FIELDS (no `+=`: no attribute store)
+        elif len(sends) == 1 and not blocked and not missed:
+            # The common case, traced in as few steps as it takes: one target, at once.
+            # `out` and `frame` are still the loop's, i.e. the one send's (not unpacking
+            # sends[0] again: ~0.04 us per event, bench.tracing_loop), and the row is
+            # extended, not `+=`'d (no attribute store); monitor.hop_trace.EVENT_FIELDS.
+            link.trace_rows.extend(
                 pack_row(t_start, out.trace_outcome, decision.filters_matched, len(frame))
             )
+        else:
+            await self._trace_unusual(link, index, t_start, decision, sends, blocked, missed)
         if self.on_event is not None:
             self.on_event(link.link_id, event, decision)
 
