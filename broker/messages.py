@@ -481,31 +481,35 @@ _BY_CODE = _register(MESSAGE_TYPES)
 
 # --- unchecked construction for the hot path. A frozen dataclass's __init__ assigns each
 # field through object.__setattr__, which costs as much as all of Publish's checks; for
-# values already checked, the slot descriptors are set directly (several times cheaper).
+# values already checked, an instance is built without it (`unfrozen_twin`).
 
 
-def slot_setters(cls: type) -> tuple[Any, ...]:
-    """The `__set__` of each field's slot of the slotted dataclass `cls`, in field
-    order: for building instances of a frozen one without its `__init__`."""
-    return tuple(getattr(cls, f.name).__set__ for f in fields(cls))
+def unfrozen_twin(cls: type) -> type:
+    """A class with the memory layout of the frozen slotted dataclass `cls` (same base,
+    same slots) but plain attribute stores: build an instance of it, set its fields,
+    then set its `__class__` to `cls`, which CPython allows between equal layouts.
+
+    It halves what building a Deliver costs (~420 -> ~220 ns, against setting each slot
+    through its descriptor's `__set__`): once per event in a broker, twice per
+    delivery in a client (`client.aio.Delivery`)."""
+    return type(f"_Unfrozen{cls.__name__}", cls.__bases__, {"__slots__": cls.__slots__})
 
 
-_new = object.__new__
-_PUBLISH_SETTERS = slot_setters(Publish)
-_DELIVER_SETTERS = slot_setters(Deliver)
+_UnfrozenPublish = unfrozen_twin(Publish)
+_UnfrozenDeliver = unfrozen_twin(Deliver)
 
 
 def _build_publish(
     event_id: str, publisher: str, attributes: Attributes, path: list[str], t_ns: int
 ) -> Publish:
-    set_event_id, set_publisher, set_attributes, set_path, set_t = _PUBLISH_SETTERS
-    message = _new(Publish)
-    set_event_id(message, event_id)
-    set_publisher(message, publisher)
-    set_attributes(message, attributes)
-    set_path(message, path)
-    set_t(message, t_ns)
-    return message
+    message: Any = _UnfrozenPublish.__new__(_UnfrozenPublish)
+    message.event_id = event_id
+    message.publisher = publisher
+    message.attributes = attributes
+    message.path = path
+    message.t_publish_ns = t_ns
+    message.__class__ = Publish
+    return message  # type: ignore[no-any-return]
 
 
 def _build_deliver(
@@ -516,15 +520,15 @@ def _build_deliver(
     path: list[str],
     t_ns: int,
 ) -> Deliver:
-    set_sub_ids, set_event_id, set_publisher, set_attributes, set_path, set_t = _DELIVER_SETTERS
-    message = _new(Deliver)
-    set_sub_ids(message, sub_ids)
-    set_event_id(message, event_id)
-    set_publisher(message, publisher)
-    set_attributes(message, attributes)
-    set_path(message, path)
-    set_t(message, t_ns)
-    return message
+    message: Any = _UnfrozenDeliver.__new__(_UnfrozenDeliver)
+    message.sub_ids = sub_ids
+    message.event_id = event_id
+    message.publisher = publisher
+    message.attributes = attributes
+    message.path = path
+    message.t_publish_ns = t_ns
+    message.__class__ = Deliver
+    return message  # type: ignore[no-any-return]
 
 
 # --- codec ----------------------------------------------------------------------------

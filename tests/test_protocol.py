@@ -645,6 +645,25 @@ def test_messages_are_frozen() -> None:
         Ping(1).nonce = 2  # type: ignore[misc]
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        Publish("e1", "pub", {"n": 1, "s": "x"}, ["1", "2"], 7),
+        Deliver([3, 4], "e1", "pub", {"n": 1}, ["1"], 7),
+    ],
+)
+def test_decoded_events_are_whole_frozen_messages(message: Publish | Deliver) -> None:
+    """Publish and Deliver are decoded without their __init__ (messages.unfrozen_twin):
+    what comes out is an instance of the class itself, equal, hashable like it, and
+    frozen."""
+    decoded = decode_message(encode_message(message))
+    assert type(decoded) is type(message)
+    assert decoded == message and repr(decoded) == repr(message)
+    assert dataclasses.fields(decoded) == dataclasses.fields(message)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        decoded.event_id = "other"  # type: ignore[misc]
+
+
 # --- properties -------------------------------------------------------------------------
 
 ints = st.integers(min_value=-(2**63), max_value=2**64 - 1)
