@@ -54,7 +54,6 @@ MAX_STATS_DEPTH = 16
 _INT_MIN = -(2**63)
 _UINT_MAX = 2**64 - 1
 _SCALAR_TYPES = frozenset({int, float, str, bool, bytes})
-_INT_ONLY = frozenset({int})
 _SCALARS_TEXT = "int, float, str, bool or bytes"
 
 _Check = Callable[[Any, str], None]
@@ -199,7 +198,14 @@ def _fits_64(values: Iterable[Any]) -> bool:
 
 
 def _ints_typed(values: Any) -> bool:
-    return type(values) is list and _INT_ONLY.issuperset(map(type, values))
+    """A list of ints (not bools). A loop: for the one or few sub ids of a Deliver it
+    takes half the time of a set check over `map(type, values)` (~70 against ~140 ns)."""
+    if type(values) is not list:
+        return False
+    for value in values:  # noqa: SIM110 (all() over a generator is slower still)
+        if type(value) is not int:
+            return False
+    return True
 
 
 def _event_typed(event_id: Any, publisher: Any, attributes: Any, path: Any, t_ns: Any) -> bool:
@@ -461,9 +467,15 @@ Message = (
 MESSAGE_TYPES: tuple[type[Message], ...] = get_args(Message)
 
 
-def _register(types: tuple[type[Message], ...]) -> dict[int, type[Message]]:
+_Decoder = tuple[type[Message], int, Callable[[list[Any]], Message]]
+"""How `decode_message` reads a wire array of one type code: the type, the array's
+length, and the type's `_from_wire` (bound once here: binding it per message made an
+object per message for the garbage collector to count)."""
+
+
+def _register(types: tuple[type[Message], ...]) -> dict[int, _Decoder]:
     """Derive each type's checks and wire getter from its fields; map codes to types."""
-    by_code: dict[int, type[Message]] = {}
+    by_code: dict[int, _Decoder] = {}
     for cls in types:
         names = tuple(f.name for f in fields(cls))
         cls._CHECKS = tuple((f.name, _CHECKERS[f.type]) for f in fields(cls))
@@ -472,7 +484,7 @@ def _register(types: tuple[type[Message], ...]) -> dict[int, type[Message]]:
         cls._WIRE = staticmethod(getter)
         if cls.TYPE in by_code:
             raise RuntimeError(f"type code {cls.TYPE} used twice")
-        by_code[cls.TYPE] = cls
+        by_code[cls.TYPE] = (cls, 1 + len(names), cls._from_wire)
     return by_code
 
 
@@ -616,12 +628,12 @@ def decode_message(payload: bytes | bytearray | memoryview) -> Message:
         expected = "a non-empty array [type, fields...]"
         raise ProtocolError(ERR_MALFORMED, f"payload must be {expected}, got {_describe(obj)}")
     code = obj[0]
-    cls = _BY_CODE.get(code) if type(code) is int else None
-    if cls is None:
+    decoder = _BY_CODE.get(code) if type(code) is int else None
+    if decoder is None:
         raise ProtocolError(ERR_UNKNOWN_TYPE, f"unknown message type {reprlib.repr(code)}")
-    if len(obj) - 1 != len(cls._CHECKS):
+    cls, length, from_wire = decoder
+    if len(obj) != length:
         raise ProtocolError(
-            ERR_MALFORMED,
-            f"{cls.__name__} takes {len(cls._CHECKS)} field(s), got {len(obj) - 1}",
+            ERR_MALFORMED, f"{cls.__name__} takes {length - 1} field(s), got {len(obj) - 1}"
         )
-    return cls._from_wire(obj)
+    return from_wire(obj)
