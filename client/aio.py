@@ -691,7 +691,10 @@ class AsyncClient:
                 messages = self._conn.receive_data(data)
                 t_ns = time.time_ns()
                 for message in messages:
-                    self._dispatch(message, t_ns)
+                    if type(message) is Deliver:  # nearly all: no trip through the match
+                        self._deliver(message, t_ns)
+                    else:
+                        self._dispatch(message)
             self._lose(ConnectionLost("the broker closed the connection"))
         except ProtocolError as exc:
             await self._report_violation(exc)
@@ -709,10 +712,9 @@ class AsyncClient:
                 await self._drain_outgoing(error_frame(exc.code, exc.message))
         self._teardown()
 
-    def _dispatch(self, message: Message, t_ns: int) -> None:
+    def _dispatch(self, message: Message) -> None:
+        """Act on a message other than a Deliver (`_read_loop` delivers those)."""
         match message:
-            case Deliver():
-                self._deliver(message, t_ns)
             case Ping(nonce=nonce):
                 self._send_nowait(Pong(nonce))
             case Stats():
