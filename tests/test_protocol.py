@@ -385,6 +385,30 @@ def test_malformed_payload(data: bytes, code: str, text: str) -> None:
     expect_error(open_pair("broker")[1], data, code, text)
 
 
+@pytest.mark.parametrize(("data", "code", "text"), MALFORMED)
+def test_malformed_payload_among_other_frames(data: bytes, code: str, text: str) -> None:
+    """A bad payload between good frames of the same read is refused with the same
+    words, also when its msgpack runs on into the next frame's bytes."""
+    before, after = framed([Ping.TYPE, 1]), framed([Ping.TYPE, 2])
+    expect_error(open_pair("broker")[1], data + after, code, text)
+    expect_error(open_pair("broker")[1], before + data + after, code, text)
+
+
+def test_frames_of_one_read_decode_as_each_alone() -> None:
+    """Messages of several kinds in one read, and a read that ends inside a frame."""
+    initiator, acceptor = open_pair("broker")
+    messages = [
+        Publish("e1", "p", EVENT, ["1"], 7),
+        Ping(3),
+        Subscribe(4, [["family", "=", 7], ["name", "prefix", "ab"]]),
+        Publish("e2", "p", {"blob": b"x" * 300}, [], 8),
+        Flush(9),
+    ]
+    data = b"".join(initiator.send(m) for m in messages)
+    assert acceptor.receive_data(data + data[:7]) == messages
+    assert acceptor.receive_data(data[7:]) == messages
+
+
 HELLO_ERRORS = [
     case(
         "role", [Hello.TYPE, V, "monitor", "x", None], "Hello.role: expected 'client' or 'broker'"
