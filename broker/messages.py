@@ -474,7 +474,8 @@ object per message for the garbage collector to count)."""
 
 
 def _register(types: tuple[type[Message], ...]) -> dict[int, _Decoder]:
-    """Derive each type's checks and wire getter from its fields; map codes to types."""
+    """Derive each type's checks and wire getter from its fields; map each type code
+    to its `_Decoder`."""
     by_code: dict[int, _Decoder] = {}
     for cls in types:
         names = tuple(f.name for f in fields(cls))

@@ -684,8 +684,9 @@ class Broker:
         elif len(sends) == 1 and not blocked and not missed:
             # The common case, traced in as few steps as it takes: one target, at once.
             # `out` and `frame` are still the loop's, i.e. the one send's (not unpacking
-            # sends[0] again: ~0.04 us per event, bench.tracing_loop), and the row is
-            # extended, not `+=`'d (no attribute store); monitor.hop_trace.EVENT_FIELDS.
+            # sends[0] again: ~0.04 us per event in bench.tracing_loop's harness), and
+            # the row is extended, not `+=`'d (no attribute store);
+            # monitor.hop_trace.EVENT_FIELDS.
             link.trace_rows.extend(
                 pack_row(t_start, out.trace_outcome, decision.filters_matched, len(frame))
             )

@@ -394,7 +394,7 @@ def test_malformed_payload_among_other_frames(data: bytes, code: str, text: str)
     expect_error(open_pair("broker")[1], before + data + after, code, text)
 
 
-def test_frames_of_one_read_decode_as_each_alone() -> None:
+def test_one_read_of_several_kinds_and_a_cut_frame() -> None:
     """Messages of several kinds in one read, and a read that ends inside a frame."""
     initiator, acceptor = open_pair("broker")
     messages = [
@@ -678,8 +678,8 @@ def test_messages_are_frozen() -> None:
 )
 def test_decoded_events_are_whole_frozen_messages(message: Publish | Deliver) -> None:
     """Publish and Deliver are decoded without their __init__ (messages.unfrozen_twin):
-    what comes out is an instance of the class itself, equal, hashable like it, and
-    frozen."""
+    what comes out is an instance of the class itself, equal to it, with its fields,
+    and frozen."""
     decoded = decode_message(encode_message(message))
     assert type(decoded) is type(message)
     assert decoded == message and repr(decoded) == repr(message)
