@@ -419,12 +419,7 @@ class Deliver(_Message):
         ):
             self._validate()
 
-    @classmethod
-    def _from_wire(cls, wire: list[Any]) -> "Deliver":
-        _, sub_ids, event_id, publisher, attributes, path, t_ns = wire
-        if _ints_typed(sub_ids) and _event_typed(event_id, publisher, attributes, path, t_ns):
-            return _build_deliver(sub_ids, event_id, publisher, attributes, path, t_ns)
-        return cls(*wire[1:])  # raises ProtocolError naming the bad field
+    # Decoded by `_deliver_decoder` (see `decoders`), not by a `_from_wire`.
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,16 +462,19 @@ Message = (
 MESSAGE_TYPES: tuple[type[Message], ...] = get_args(Message)
 
 
-_Decoder = tuple[type[Message], int, Callable[[list[Any]], Message]]
+_Decoder = tuple[type[Message], int, Callable[[list[Any]], Any]]
 """How `decode_message` reads a wire array of one type code: the type, the array's
-length, and the type's `_from_wire` (bound once here: binding it per message made an
-object per message for the garbage collector to count)."""
+length, and the function making the message of it: the type's `_from_wire`, bound once
+here (binding it per message made an object per message for the garbage collector to
+count), or for Deliver what `decoders` was given."""
+Decoders = dict[int, _Decoder]
+"""A decoder per type code: `decoders()`."""
 
 
-def _register(types: tuple[type[Message], ...]) -> dict[int, _Decoder]:
+def _register(types: tuple[type[Message], ...]) -> Decoders:
     """Derive each type's checks and wire getter from its fields; map each type code
-    to its `_Decoder`."""
-    by_code: dict[int, _Decoder] = {}
+    to its `_Decoder` (Deliver's is replaced by `decoders`)."""
+    by_code: Decoders = {}
     for cls in types:
         names = tuple(f.name for f in fields(cls))
         cls._CHECKS = tuple((f.name, _CHECKERS[f.type]) for f in fields(cls))
@@ -489,7 +487,7 @@ def _register(types: tuple[type[Message], ...]) -> dict[int, _Decoder]:
     return by_code
 
 
-_BY_CODE = _register(MESSAGE_TYPES)
+_REGISTERED = _register(MESSAGE_TYPES)
 
 
 # --- unchecked construction for the hot path. A frozen dataclass's __init__ assigns each
@@ -542,6 +540,37 @@ def _build_deliver(
     message.t_publish_ns = t_ns
     message.__class__ = Deliver
     return message  # type: ignore[no-any-return]
+
+
+DeliverBuilder = Callable[[list[int], str, str, Attributes, list[str], int], Any]
+"""Makes an object of a Deliver's fields (sub_ids, event_id, publisher, attributes,
+path, t_publish_ns), all already checked: `_build_deliver` makes the Deliver."""
+
+
+def _deliver_decoder(build: DeliverBuilder) -> Callable[[list[Any]], Any]:
+    """Deliver's `_Decoder` function: check the fields of a wire array of the right
+    length, then ``build`` of them."""
+
+    def from_wire(wire: list[Any]) -> Any:
+        _, sub_ids, event_id, publisher, attributes, path, t_ns = wire
+        if _ints_typed(sub_ids) and _event_typed(event_id, publisher, attributes, path, t_ns):
+            return build(sub_ids, event_id, publisher, attributes, path, t_ns)
+        return Deliver(*wire[1:])  # raises ProtocolError naming the bad field
+
+    return from_wire
+
+
+def decoders(build_deliver: DeliverBuilder = _build_deliver) -> Decoders:
+    """The decoder table of `decode`: every message type decoded to its message, but a
+    Deliver to ``build_deliver`` of its checked fields. A client builds the objects it
+    hands to its application that way, without a Deliver in between (~0.25 us less per
+    delivery: the Deliver's construction and its freeing)."""
+    _, length, _ = _REGISTERED[Deliver.TYPE]
+    return {**_REGISTERED, Deliver.TYPE: (Deliver, length, _deliver_decoder(build_deliver))}
+
+
+DECODERS = decoders()
+"""Every message type decoded to its message (`decode_message`)."""
 
 
 # --- codec ----------------------------------------------------------------------------
@@ -615,7 +644,13 @@ def publish_summary(payload: bytes | bytearray | memoryview) -> tuple[str, str, 
 
 
 def decode_message(payload: bytes | bytearray | memoryview) -> Message:
-    """Decode and validate one payload; raises ProtocolError, and only ProtocolError.
+    """Decode and validate one payload; raises ProtocolError, and only ProtocolError."""
+    return decode(payload, DECODERS)[1]  # type: ignore[no-any-return]
+
+
+def decode(payload: bytes | bytearray | memoryview, by_code: Decoders) -> tuple[type[Message], Any]:
+    """The message type of one payload and what ``by_code`` (`decoders()`) makes of it,
+    validated; raises ProtocolError, and only ProtocolError.
 
     unpackb's size limits (``max_str_len`` etc.) default to the payload's length, which
     is what we want: nothing can claim more items than the frame has bytes.
@@ -629,7 +664,7 @@ def decode_message(payload: bytes | bytearray | memoryview) -> Message:
         expected = "a non-empty array [type, fields...]"
         raise ProtocolError(ERR_MALFORMED, f"payload must be {expected}, got {_describe(obj)}")
     code = obj[0]
-    decoder = _BY_CODE.get(code) if type(code) is int else None
+    decoder = by_code.get(code) if type(code) is int else None
     if decoder is None:
         raise ProtocolError(ERR_UNKNOWN_TYPE, f"unknown message type {reprlib.repr(code)}")
     cls, length, from_wire = decoder
@@ -637,4 +672,4 @@ def decode_message(payload: bytes | bytearray | memoryview) -> Message:
         raise ProtocolError(
             ERR_MALFORMED, f"{cls.__name__} takes {length - 1} field(s), got {len(obj) - 1}"
         )
-    return from_wire(obj)
+    return cls, from_wire(obj)

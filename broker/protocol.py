@@ -38,10 +38,11 @@ instead of Welcome), answering Ping with Pong and Flush with FlushAck, timeouts.
 
 import struct
 from enum import Enum
-from typing import Literal
+from typing import Any, Literal
 
 from broker.limits import ERR_LIMIT, Limits
 from broker.messages import (
+    DECODERS,
     ERR_FRAMING,
     ERR_MALFORMED,
     ERR_UNEXPECTED,
@@ -52,6 +53,7 @@ from broker.messages import (
     PUBLISH_HEAD,
     Bye,
     Deliver,
+    DeliverBuilder,
     Error,
     Flush,
     FlushAck,
@@ -69,7 +71,9 @@ from broker.messages import (
     UnsubAck,
     Unsubscribe,
     Welcome,
+    decode,
     decode_message,
+    decoders,
     deliver_head,
     encode_forwarded,
     encode_message,
@@ -92,6 +96,7 @@ __all__ = [
     "Bye",
     "Connection",
     "Deliver",
+    "DeliverBuilder",
     "Error",
     "Flush",
     "FlushAck",
@@ -271,7 +276,13 @@ def _bad_length(length: int, max_frame: int) -> ProtocolError:
 
 
 class Connection:
-    """The protocol state of one connection, seen from one side (see the module doc)."""
+    """The protocol state of one connection, seen from one side (see the module doc).
+
+    ``build_deliver``, if given, makes what `receive_data` returns for a Deliver, from
+    its checked fields (`broker.messages.DeliverBuilder`), in place of the Deliver: a
+    client builds the deliveries it hands to its application so, without a Deliver in
+    between (`client.aio`).
+    """
 
     def __init__(
         self,
@@ -280,6 +291,7 @@ class Connection:
         max_frame: int = DEFAULT_MAX_FRAME,
         limits: Limits | None = None,
         keep_frames: bool = False,
+        build_deliver: DeliverBuilder | None = None,
     ) -> None:
         if side not in ("initiator", "acceptor"):
             raise ValueError(f"side must be 'initiator' or 'acceptor', not {side!r}")
@@ -300,6 +312,7 @@ class Connection:
         self._limited: Limits | None = None  # the limits in force: a client peer, OPEN
         self._subscriptions: set[int] = set()  # a limited peer's subscriptions in force
         self._keep_frames = keep_frames
+        self._decoders = DECODERS if build_deliver is None else decoders(build_deliver)
         self.received_frames: bytes | bytearray = b""
         """With `keep_frames`: the frames (length prefixes included) of the messages the
         last receive_data returned, as received (a broker's trace decodes them again)."""
@@ -343,8 +356,9 @@ class Connection:
         """The peer has sent Bye or Error."""
         return self._peer_closed
 
-    def receive_data(self, data: bytes | bytearray | memoryview) -> list[Message]:
-        """Buffer ``data`` and return the messages of every frame it completes.
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[Any]:
+        """Buffer ``data`` and return the messages of every frame it completes (a
+        Deliver as ``build_deliver`` made it, if the connection was given one).
 
         Raises ProtocolError on any violation; the connection is then in state ERROR and
         every later call raises again.
@@ -354,7 +368,7 @@ class Connection:
             raise ProtocolError(error.code, f"connection already failed: {error.message}")
         buffer = self._buffer
         buffer += data
-        messages: list[Message] = []
+        messages: list[Any] = []
         try:
             consumed = self._parse_frames(buffer, messages)
         except ProtocolError as exc:
@@ -393,10 +407,11 @@ class Connection:
             raise ValueError(f"send_encoded: {kind.__name__} changes the state; use send")
         return frame
 
-    def _parse_frames(self, buffer: bytearray, messages: list[Message]) -> int:
+    def _parse_frames(self, buffer: bytearray, messages: list[Any]) -> int:
         """Append the messages of all complete frames in ``buffer``; return the number of
         bytes they took. Frames are read in place through a memoryview."""
         max_frame = self._max_frame
+        by_code = self._decoders
         receivable = self._receivable
         limited = self._limited
         read_length = _LENGTH.unpack_from
@@ -410,8 +425,7 @@ class Connection:
                 stop = start + 4 + length
                 if stop > end:
                     break
-                message = decode_message(view[start + 4 : stop])
-                kind = type(message)
+                kind, message = decode(view[start + 4 : stop], by_code)
                 if kind not in receivable:
                     raise self._unexpected(kind, receiving=True)
                 if limited is not None and kind in _LIMITED:

@@ -63,7 +63,6 @@ from broker.protocol import (
     PROTOCOL_VERSION,
     Bye,
     Connection,
-    Deliver,
     Error,
     Flush,
     FlushAck,
@@ -176,18 +175,26 @@ class Delivery:
 _UnfrozenDelivery = unfrozen_twin(Delivery)
 
 
-def _delivery_of(message: Deliver, t_deliver_ns: int) -> Delivery:
-    """``Delivery(...)`` of a checked Deliver, built as `broker.messages.unfrozen_twin`
-    says (~0.25 us): a frozen dataclass's ``__init__`` sets each field through
-    ``object.__setattr__``, which took ~0.9 us."""
+def _delivery_of(
+    sub_ids: list[int],
+    event_id: str,
+    publisher: str,
+    attributes: dict[str, Any],
+    path: list[str],
+    t_publish_ns: int,
+) -> Delivery:
+    """The client connection's ``build_deliver``: the `Delivery` of a Deliver's checked
+    fields, made without a Deliver in between, and built as
+    `broker.messages.unfrozen_twin` says (a frozen dataclass's ``__init__`` sets each
+    field through ``object.__setattr__``, which took ~0.9 us)."""
     delivery: Any = _UnfrozenDelivery.__new__(_UnfrozenDelivery)
-    delivery.event_id = message.event_id
-    delivery.publisher = message.publisher
-    delivery.attributes = message.attributes
-    delivery.sub_ids = tuple(message.sub_ids)
-    delivery.path = tuple(message.path)
-    delivery.t_publish_ns = message.t_publish_ns
-    delivery.t_deliver_ns = t_deliver_ns
+    delivery.event_id = event_id
+    delivery.publisher = publisher
+    delivery.attributes = attributes
+    delivery.sub_ids = tuple(sub_ids)
+    delivery.path = tuple(path)
+    delivery.t_publish_ns = t_publish_ns
+    delivery.t_deliver_ns = time.time_ns()
     delivery.__class__ = Delivery
     return delivery  # type: ignore[no-any-return]
 
@@ -363,7 +370,7 @@ class AsyncClient:
         self._flushed_losses = 0
         self._heard = time.monotonic()  # when data last came from the broker
         self._stream = stream
-        self._conn = Connection("initiator")
+        self._conn = Connection("initiator", build_deliver=_delivery_of)
         self._tx, self._rx = trio.open_memory_channel[bytes](OUTGOING_FRAMES)
         self._failure: ConnectionLost | None = None  # set once the connection is ending
         self._down = False  # torn down: waiters woken, subscriptions ended, I/O cancelled
@@ -630,7 +637,7 @@ class AsyncClient:
         """Make ``stream`` the current connection, with a fresh protocol state."""
         self.reconnects += 1
         self._stream = stream
-        self._conn = Connection("initiator")
+        self._conn = Connection("initiator", build_deliver=_delivery_of)
         self._tx, self._rx = trio.open_memory_channel[bytes](OUTGOING_FRAMES)
         self._writer_done = trio.Event()
         self._conn_scope = trio.CancelScope()
@@ -696,11 +703,9 @@ class AsyncClient:
             fd = socket_fd(stream)
             while data := await receive_some(stream, fd, _RECEIVE_SIZE):
                 self._heard = time.monotonic()
-                messages = self._conn.receive_data(data)
-                t_ns = time.time_ns()
-                for message in messages:
-                    if type(message) is Deliver:  # nearly all: no trip through the match
-                        self._deliver(message, t_ns)
+                for message in self._conn.receive_data(data):
+                    if type(message) is Delivery:  # nearly all: no trip through the match
+                        self._deliver(message)
                     else:
                         self._dispatch(message)
             self._lose(ConnectionLost("the broker closed the connection"))
@@ -721,7 +726,8 @@ class AsyncClient:
         self._teardown()
 
     def _dispatch(self, message: Message) -> None:
-        """Act on a message other than a Deliver (`_read_loop` delivers those)."""
+        """Act on a message other than a Deliver (`_read_loop` delivers those, as the
+        connection's `_delivery_of` made them)."""
         match message:
             case Ping(nonce=nonce):
                 self._send_nowait(Pong(nonce))
@@ -755,10 +761,9 @@ class AsyncClient:
         reply.message = message
         reply.event.set()
 
-    def _deliver(self, message: Deliver, t_ns: int) -> None:
-        delivery = _delivery_of(message, t_ns)
+    def _deliver(self, delivery: Delivery) -> None:
         subscriptions = self._subscriptions
-        for sub_id in message.sub_ids:
+        for sub_id in delivery.sub_ids:
             sub = subscriptions.get(sub_id)
             if sub is not None:
                 sub._put(delivery)

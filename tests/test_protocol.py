@@ -809,3 +809,68 @@ def test_arbitrary_msgpack_gives_valid_message_or_protocol_error(obj: object) ->
     [message] = got
     assert encode_message(message) == payload  # nothing was coerced on the way in
     assert encode_message(dataclasses.replace(message)) == payload  # full validation agrees
+
+
+# --- a client's own deliveries (build_deliver) ------------------------------------------
+
+
+def building_pair(built: list[tuple[object, ...]]) -> tuple[Connection, Connection]:
+    """(initiator, acceptor) after the handshake; the initiator makes each Deliver into a
+    tuple ("built", *its fields), also appended to ``built``."""
+
+    def build(*fields: object) -> tuple[object, ...]:
+        built.append(("built", *fields))
+        return built[-1]
+
+    initiator = Connection("initiator", build_deliver=build)
+    acceptor = Connection("acceptor")
+    acceptor.receive_data(initiator.send(Hello(V, "client", "n1")))
+    initiator.receive_data(acceptor.send(Welcome(V, "b1")))
+    return initiator, acceptor
+
+
+def deliver_fields(message: Deliver) -> tuple[object, ...]:
+    return tuple(getattr(message, f.name) for f in dataclasses.fields(message))
+
+
+def test_build_deliver_makes_what_receive_data_returns_for_a_deliver() -> None:
+    built: list[tuple[object, ...]] = []
+    client, broker = building_pair(built)
+    first, second = EXAMPLES[12], Deliver([1], "e2", "p", {}, [], 5)
+    stream = b"".join(broker.send(m) for m in (Ping(1), first, Stats({"n": 1}), second, SubAck(3)))
+    got = client.receive_data(stream)
+    assert got == [Ping(1), built[0], Stats({"n": 1}), built[1], SubAck(3)]
+    assert built == [("built", *deliver_fields(first)), ("built", *deliver_fields(second))]
+
+
+@given(STRATEGIES[Deliver])
+def test_build_deliver_gets_the_fields_a_deliver_decodes_to(message: Deliver) -> None:
+    built: list[tuple[object, ...]] = []
+    client, broker = building_pair(built)
+    assert client.receive_data(broker.send(message)) == [("built", *deliver_fields(message))]
+
+
+BAD_DELIVERS = [
+    case("sub id", [Deliver.TYPE, [1, "2"], "e", "p", {}, [], 5], "Deliver.sub_ids[1]"),
+    case("value", [Deliver.TYPE, [1], "e", "p", {"a": [1]}, [], 5], "Deliver.attributes['a']"),
+    case("path", [Deliver.TYPE, [1], "e", "p", {}, [7], 5], "Deliver.path[0]"),
+    case("length", [Deliver.TYPE, [1], "e", "p", {}, []], "Deliver takes 6 field(s), got 5"),
+]
+
+
+@pytest.mark.parametrize(("wire", "text"), BAD_DELIVERS)
+def test_build_deliver_is_not_given_a_malformed_deliver(wire: list[object], text: str) -> None:
+    """The same error as without a builder, and nothing built."""
+    built: list[tuple[object, ...]] = []
+    expect_error(building_pair(built)[0], framed(wire), ERR_MALFORMED, text)
+    expect_error(open_pair()[0], framed(wire), ERR_MALFORMED, text)
+    assert built == []
+
+
+def test_build_deliver_does_not_make_a_deliver_receivable() -> None:
+    """An acceptor given a builder still refuses a Deliver from its client."""
+    acceptor = Connection("acceptor", build_deliver=lambda *fields: fields)
+    sender = Connection("initiator")
+    acceptor.receive_data(sender.send(Hello(V, "client", "n1")))
+    sender.receive_data(acceptor.send(Welcome(V, "b1")))
+    expect_error(acceptor, encode_frame(EXAMPLES[12]), ERR_UNEXPECTED, "received Deliver")

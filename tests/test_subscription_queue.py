@@ -3,12 +3,13 @@ waiting, the end after what was queued, and checkpoints like trio's channels."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import trio
 import trio.testing
 
-from broker.protocol import Deliver
-from client.aio import AsyncSubscription, ConnectionLost, SubscriptionClosed, _delivery_of
+from client.aio import AsyncSubscription, ConnectionLost, Delivery, SubscriptionClosed, _delivery_of
 from routing import parse_filter
 
 
@@ -16,12 +17,15 @@ def _sub() -> AsyncSubscription:
     return AsyncSubscription(None, 1, parse_filter("n exists"))  # type: ignore[arg-type]
 
 
-def _message(n: int) -> Deliver:
-    return Deliver([1], f"e{n}", "pub", {"n": n}, ["1"], 100 + n)
+def _delivery(n: int) -> Delivery:
+    return _delivery_of([1], f"e{n}", "pub", {"n": n}, ["1"], 100 + n)
 
 
 def test_a_delivery_is_the_message_seen_by_the_client() -> None:
-    d = _delivery_of(Deliver([1, 4], "e", "p", {"n": 1}, ["1", "2"], 5), 9)
+    """What the client's connection makes of a Deliver's fields (its build_deliver)."""
+    before = time.time_ns()
+    d = _delivery_of([1, 4], "e", "p", {"n": 1}, ["1", "2"], 5)
+    assert type(d) is Delivery
     assert (d.event_id, d.publisher, d.attributes, d.sub_ids, d.path) == (
         "e",
         "p",
@@ -29,7 +33,9 @@ def test_a_delivery_is_the_message_seen_by_the_client() -> None:
         (1, 4),
         ("1", "2"),
     )
-    assert (d.t_publish_ns, d.t_deliver_ns) == (5, 9)
+    assert d.t_publish_ns == 5
+    assert before <= d.t_deliver_ns <= time.time_ns()
+    assert d == Delivery("e", "p", {"n": 1}, (1, 4), ("1", "2"), 5, d.t_deliver_ns)
     with pytest.raises(AttributeError):  # still frozen
         d.event_id = "x"  # type: ignore[misc]
 
@@ -38,7 +44,7 @@ def test_deliveries_come_in_order_and_batches_take_what_is_queued() -> None:
     async def main() -> None:
         sub = _sub()
         for n in range(5):
-            sub._put(_delivery_of(_message(n), n))
+            sub._put(_delivery(n))
         assert (await sub.next_delivery()).event_id == "e0"
         assert [d.event_id for d in await sub.next_batch()] == ["e1", "e2", "e3", "e4"]
 
@@ -57,12 +63,12 @@ def test_a_waiting_consumer_is_woken_and_the_end_comes_after_the_queue() -> None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(consume)
             await trio.testing.wait_all_tasks_blocked()
-            sub._put(_delivery_of(_message(0), 0))
+            sub._put(_delivery(0))
             await trio.testing.wait_all_tasks_blocked()
             assert got == [0]
-            sub._put(_delivery_of(_message(1), 1))
+            sub._put(_delivery(1))
             sub._close(ConnectionLost("gone"))
-            sub._put(_delivery_of(_message(2), 2))  # after the end: not taken
+            sub._put(_delivery(2))  # after the end: not taken
         assert got == [0, 1]
         with pytest.raises(ConnectionLost, match="gone"):
             await sub.next_delivery()
@@ -87,7 +93,7 @@ def test_taking_a_queued_delivery_is_a_checkpoint() -> None:
     async def main() -> None:
         sub = _sub()
         for n in range(1000):
-            sub._put(_delivery_of(_message(n), n))
+            sub._put(_delivery(n))
         other_ran = trio.Event()
 
         async def other() -> None:
