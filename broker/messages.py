@@ -367,17 +367,6 @@ class Publish(_Message):
             return _build_publish(event_id, publisher, attributes, path, t_ns)
         return cls(*wire[1:])  # raises ProtocolError naming the bad field
 
-    @classmethod
-    def of_checked_event(
-        cls, event_id: str, publisher: str, attributes: Attributes, t_publish_ns: int
-    ) -> "Publish":
-        """A new event (empty path) whose ``attributes`` passed ``routing.validate_event``,
-        which checks all that Publish checks of them: only the other fields are checked
-        here (the client's publish path, where checking twice cost ~10 % of its CPU)."""
-        if type(event_id) is str and type(publisher) is str and type(t_publish_ns) is int:
-            return _build_publish(event_id, publisher, attributes, [], t_publish_ns)
-        return cls(event_id, publisher, attributes, [], t_publish_ns)  # raises, naming it
-
     def with_hop(self, broker_id: str) -> "Publish":
         """This event with ``broker_id`` appended to its path (for forwarding); only the
         new hop is checked. The attributes dict is shared, not copied."""
@@ -590,6 +579,24 @@ _packer = _Packer()
 def encode_message(message: Message) -> bytes:
     """The msgpack payload of ``message`` (no length prefix)."""
     return _packer.pack(message._WIRE(message))
+
+
+def encode_new_event(
+    event_id: str, publisher: str, attributes: Attributes, t_publish_ns: int
+) -> bytes:
+    """``encode_message(Publish(event_id, publisher, attributes, [], t_publish_ns))``,
+    the same bytes, without building the message, for ``attributes`` that passed
+    ``routing.validate_event``, which checks all that Publish checks of them: only the
+    other fields are checked here. A client's publish: building the message and checking
+    the attributes twice took half of what it costs (~1.3 -> ~0.65 us)."""
+    if not (
+        type(event_id) is str
+        and type(publisher) is str
+        and type(t_publish_ns) is int
+        and _INT_MIN <= t_publish_ns <= _UINT_MAX
+    ):
+        Publish(event_id, publisher, attributes, [], t_publish_ns)  # raises, naming it
+    return _packer.pack((Publish.TYPE, event_id, publisher, attributes, [], t_publish_ns))
 
 
 def encode_forwarded(event: Publish, broker_id: str) -> bytes:

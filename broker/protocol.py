@@ -51,6 +51,7 @@ from broker.messages import (
     MESSAGE_TYPES,
     PROTOCOL_VERSION,
     PUBLISH_HEAD,
+    Attributes,
     Bye,
     Deliver,
     DeliverBuilder,
@@ -77,6 +78,7 @@ from broker.messages import (
     deliver_head,
     encode_forwarded,
     encode_message,
+    encode_new_event,
 )
 
 __all__ = [
@@ -123,6 +125,7 @@ __all__ = [
     "encode_message",
     "error_frame",
     "forwarded_frame",
+    "new_event_frame",
     "frame_starts",
 ]
 
@@ -206,6 +209,21 @@ def encode_frame(message: Message, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
     """One complete frame for ``message``, e.g. to encode an event once and write the
     same bytes to many links (see ``Connection.send``'s ``frame`` argument)."""
     return _framed(type(message).__name__, encode_message(message), max_frame)
+
+
+def new_event_frame(
+    event_id: str,
+    publisher: str,
+    attributes: Attributes,
+    t_publish_ns: int,
+    max_frame: int = DEFAULT_MAX_FRAME,
+) -> bytes:
+    """``encode_frame(Publish(event_id, publisher, attributes, [], t_publish_ns))``, the
+    same bytes, without building the message, for ``attributes`` that passed
+    ``routing.validate_event`` (`messages.encode_new_event`): a client's publish. Send
+    it with ``Connection.send_encoded(Publish, frame)``."""
+    payload = encode_new_event(event_id, publisher, attributes, t_publish_ns)
+    return _framed("Publish", payload, max_frame)
 
 
 def forwarded_frame(event: Publish, broker_id: str, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:

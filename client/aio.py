@@ -80,6 +80,7 @@ from broker.protocol import (
     Unsubscribe,
     Welcome,
     error_frame,
+    new_event_frame,
 )
 from broker.security import secret_from_env
 from routing import Filter, parse_filter, validate_event
@@ -451,7 +452,7 @@ class AsyncClient:
         if event_id is None:
             event_id = f"{self.name}:{next(self._event_seq)}"
         event = attributes if type(attributes) is dict else dict(attributes)
-        await self._send(Publish.of_checked_event(event_id, self.name, event, time.time_ns()))
+        await self._send(new_event_frame(event_id, self.name, event, time.time_ns()))
         return event_id
 
     async def flush(self) -> None:
@@ -509,8 +510,9 @@ class AsyncClient:
     def _error(self) -> ConnectionLost:
         return _copy(self._failure) if self._failure else ConnectionLost("the client is closed")
 
-    async def _send(self, message: Message, internal: bool = False) -> None:
-        """Encode ``message`` and queue its frame for the writer.
+    async def _send(self, message: Message | bytes, internal: bool = False) -> None:
+        """Encode ``message`` and queue its frame for the writer; bytes are the frame of a
+        Publish already (`new_event_frame`).
 
         Not a schedule point while the channel has room (only a cancellation point): a
         task publishing in a loop fills the channel, and the writer then sends it in
@@ -531,7 +533,10 @@ class AsyncClient:
                 deadline = min(deadline, trio.current_time() + self._wait_s)
                 await self._wait_ready(deadline)
                 continue
-            frame = self._conn.send(message)
+            if type(message) is bytes:
+                frame = self._conn.send_encoded(Publish, message)
+            else:
+                frame = self._conn.send(message)  # type: ignore[arg-type]
             tx = self._tx
             try:
                 try:

@@ -1,7 +1,7 @@
-"""The frames a broker builds per routed event without building messages: the
-forwarded Publish (`broker.protocol.forwarded_frame`) and a Deliver spliced from it
-(`deliver_frame`) are byte for byte the messages encoded on their own, and are checked
-as such."""
+"""The frames built per event without building messages: a client's new event
+(`broker.protocol.new_event_frame`), and a broker's forwarded Publish
+(`forwarded_frame`) and Deliver spliced from it (`deliver_frame`) are byte for byte
+the messages encoded on their own, and are checked as such."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from broker.protocol import (
     deliver_frame,
     encode_frame,
     forwarded_frame,
+    new_event_frame,
 )
 from tests.strategies import events
 
@@ -38,6 +39,40 @@ def test_the_spliced_deliver_is_the_encoded_one(
 ) -> None:
     event = Publish("pub:1", "pub", attributes, path, t_ns)
     assert deliver_frame(encode_frame(event), sub_ids) == encode_frame(event.to_deliver(sub_ids))
+
+
+@given(
+    attributes=events,
+    event_id=st.text(max_size=8),
+    publisher=st.text(max_size=8),
+    t_ns=st.integers(min_value=-(2**63), max_value=2**64 - 1),
+)
+def test_the_new_event_frame_is_the_encoded_one(
+    attributes: dict, event_id: str, publisher: str, t_ns: int
+) -> None:
+    event = Publish(event_id, publisher, attributes, [], t_ns)
+    assert new_event_frame(event_id, publisher, attributes, t_ns) == encode_frame(event)
+
+
+@pytest.mark.parametrize(
+    ("fields", "text"),
+    [
+        ((1, "p", 5), "Publish.event_id: expected str, got int"),
+        (("e", None, 5), "Publish.publisher: expected str, got None"),
+        (("e", "p", 5.0), "Publish.t_publish_ns: expected int, got float"),
+        (("e", "p", True), "Publish.t_publish_ns: expected int, got bool"),
+        (("e", "p", 2**64), "Publish.t_publish_ns: .* does not fit"),
+    ],
+)
+def test_a_new_event_with_bad_fields_is_refused_by_name(
+    fields: tuple[object, object, object], text: str
+) -> None:
+    event_id, publisher, t_ns = fields
+    with pytest.raises(ProtocolError, match=text):
+        new_event_frame(event_id, publisher, {"n": 1}, t_ns)  # type: ignore[arg-type]
+    size = len(new_event_frame("e", "p", {"n": 1}, 5)) - 4
+    with pytest.raises(ProtocolError, match=f"Publish needs {size} bytes, over the maximum"):
+        new_event_frame("e", "p", {"n": 1}, 5, max_frame=size - 1)
 
 
 @given(
