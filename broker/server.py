@@ -60,7 +60,7 @@ import itertools
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,7 +210,6 @@ class Broker:
         topology: Topology,
         broker_id: int,
         config: BrokerConfig | None = None,
-        on_event: Callable[..., None] | None = None,
     ) -> None:
         if broker_id not in topology.brokers:
             raise ValueError(f"broker {broker_id} is not in topology {topology.name!r}")
@@ -229,7 +228,6 @@ class Broker:
         self.events_routed = 0
         self.events_dropped = 0  # events that missed at least one target
         self.drops = dict.fromkeys(DROP_REASONS, 0)  # missed targets, by reason
-        self.on_event = on_event
         self._drop_when_full = self.config.queue_policy == "drop"
         self._draining = False
         self._accepting = trio.CancelScope()
@@ -549,7 +547,9 @@ class Broker:
             for index, message in enumerate(messages):
                 counters.messages_in += 1
                 if type(message) is Publish:
-                    await self._route(link, message, index)
+                    rest = self._route(link, message, index)
+                    if rest is not None:
+                        await rest
                 elif self.tracer is None:
                     problem = await self._handle(link, message)
                 else:
@@ -625,8 +625,11 @@ class Broker:
             return _CLOSED
         return None  # UnsubAck, Pong: nothing to do
 
-    async def _route(self, link: Link, event: Publish, index: int) -> None:
-        """Route one event: forward it, deliver it, and trace the decision."""
+    def _route(self, link: Link, event: Publish, index: int) -> Awaitable[None] | None:
+        """Route one event: forward it, deliver it, and trace the decision. Returns what
+        is left to do when a target's queue is full, or a traced event went to several
+        or no targets, for the caller to await; else None. (Not a coroutine itself: one
+        made per event was ~0.2 us of the broker's ~9 us per event at 1-to-1.)"""
         tracer = self.tracer
         if tracer is not None:
             t_start = _now()
@@ -640,7 +643,7 @@ class Broker:
             if tracer is not None:
                 link.trace_rows.extend(pack_row(t_start, tracer.outcome_of(()), 0, 0))
                 link.trace_notes += (DROPPED, index, "cycle")
-            return
+            return None
         decision = self.router.route(link.link_id, event.attributes)
         self.events_routed += 1
         links = self.links
@@ -678,7 +681,7 @@ class Broker:
                 blocked.append((out, frame))
         if tracer is None:
             if blocked:
-                await self._send_blocked(blocked, missed)
+                return self._finish_blocked(blocked, missed, sends)
             if missed:
                 self._count_missed(missed, sends)
         elif len(sends) == 1 and not blocked and not missed:
@@ -691,9 +694,16 @@ class Broker:
                 pack_row(t_start, out.trace_outcome, decision.filters_matched, len(frame))
             )
         else:
-            await self._trace_unusual(link, index, t_start, decision, sends, blocked, missed)
-        if self.on_event is not None:
-            self.on_event(link.link_id, event, decision)
+            return self._trace_unusual(link, index, t_start, decision, sends, blocked, missed)
+        return None
+
+    async def _finish_blocked(
+        self, blocked: list[tuple[Link, bytes]], missed: list[str], sends: list[tuple[Link, bytes]]
+    ) -> None:
+        """The rest of routing an untraced event that has to wait for queue room."""
+        await self._send_blocked(blocked, missed)
+        if missed:
+            self._count_missed(missed, sends)
 
     async def _trace_unusual(
         self,
