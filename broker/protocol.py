@@ -125,8 +125,8 @@ __all__ = [
     "encode_message",
     "error_frame",
     "forwarded_frame",
-    "new_event_frame",
     "frame_starts",
+    "new_event_frame",
 ]
 
 DEFAULT_MAX_FRAME = 1_048_576
