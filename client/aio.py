@@ -2,10 +2,10 @@
 
 Only the wire protocol (``broker.protocol``) and the filter language (``routing``) are
 used. Per connection, one task reads and decodes frames and one task writes: callers
-encode their message and put the frame into a bounded channel of ``OUTGOING_FRAMES``
-frames, which the writer drains in batches (every frame ready, joined, one
-``send_all``). So ``publish`` is cheap, and it waits only when the channel is full
-(backpressure from the broker).
+encode their message and put the frame into a bounded queue of ``OUTGOING_FRAMES``
+frames (the broker's `broker.outgoing.OutQueue`), which the writer drains in batches
+(every frame ready, joined, one ``send_all``). So ``publish`` is cheap, and it waits
+only when the queue is full (backpressure from the broker).
 
 Requests that the broker answers (Hello, Subscribe, Unsubscribe, Flush, Ping,
 StatsRequest) wait for their answer. When the connection ends (the broker's Bye or
@@ -53,12 +53,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import trio
 
 from broker.messages import unfrozen_twin
 from broker.netio import receive_some, socket_fd
+from broker.outgoing import Outgoing, OutQueue
 from broker.protocol import (
     PROTOCOL_VERSION,
     Bye,
@@ -113,7 +114,6 @@ per run became ~160 and 2, the client's CPU per event fell from 22.6-22.9 to 17.
 us and the run went from 43-45k to 57k events/s; 1-to-1 stayed at 111-113k, 8 KiB did
 no better."""
 _IO_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
-_T = TypeVar("_T")
 
 
 class ClientError(Exception):
@@ -214,12 +214,19 @@ def _lost(reason: str, cause: BaseException | None = None) -> ConnectionLost:
     return error
 
 
-def _take_ready(channel: trio.MemoryReceiveChannel[_T], batch: list[_T]) -> list[_T]:
-    """Append to ``batch`` every item ``channel`` holds, without waiting; return it."""
-    with contextlib.suppress(trio.WouldBlock, trio.EndOfChannel):
-        while True:
-            batch.append(channel.receive_nowait())
-    return batch
+@dataclass
+class _SendCounters:
+    """What a connection's outgoing queue counts (`broker.outgoing.SendCounters`)."""
+
+    messages_out: int = 0
+    bytes_out: int = 0
+
+
+def _outgoing_queue() -> OutQueue:
+    """A connection's queue of frames for its writer: at most ``OUTGOING_FRAMES``
+    waiting, all of them sent in one batch, no write-through (a client does not handle
+    reads the way a broker's `Outgoing` defers for)."""
+    return OutQueue(OUTGOING_FRAMES, OUTGOING_FRAMES, Outgoing(), _SendCounters(), None)
 
 
 def _as_filter(filter: str | Filter) -> Filter:
@@ -372,7 +379,7 @@ class AsyncClient:
         self._heard = time.monotonic()  # when data last came from the broker
         self._stream = stream
         self._conn = Connection("initiator", build_deliver=_delivery_of)
-        self._tx, self._rx = trio.open_memory_channel[bytes](OUTGOING_FRAMES)
+        self._outgoing = _outgoing_queue()
         self._failure: ConnectionLost | None = None  # set once the connection is ending
         self._down = False  # torn down: waiters woken, subscriptions ended, I/O cancelled
         self._io_scope = trio.CancelScope()
@@ -445,7 +452,7 @@ class AsyncClient:
         """Publish an event; return its id (default ``"{name}:{seq}"``, seq from 1).
 
         Returns once the event is handed to the connection (see ``flush``); waits while
-        the outgoing channel is full. An invalid event raises TypeError or ValueError
+        the outgoing queue is full. An invalid event raises TypeError or ValueError
         before anything is sent.
         """
         validate_event(attributes)
@@ -514,8 +521,8 @@ class AsyncClient:
         """Encode ``message`` and queue its frame for the writer; bytes are the frame of a
         Publish already (`new_event_frame`).
 
-        Not a schedule point while the channel has room (only a cancellation point): a
-        task publishing in a loop fills the channel, and the writer then sends it in
+        Not a schedule point while the queue has room (only a cancellation point): a
+        task publishing in a loop fills the queue, and the writer then sends it in
         large batches, instead of one trip through the scheduler per event.
 
         When reconnecting, waits for the connection (see ``_wait_ready``) and tries the
@@ -537,18 +544,14 @@ class AsyncClient:
                 frame = self._conn.send_encoded(Publish, message)
             else:
                 frame = self._conn.send(message)  # type: ignore[arg-type]
-            tx = self._tx
-            try:
-                try:
-                    tx.send_nowait(frame)
-                except trio.WouldBlock:
-                    await tx.send(frame)
+            outgoing = self._outgoing
+            if not outgoing.closed and (outgoing.put_nowait(frame) or await outgoing.put(frame)):
                 return
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                if not self._reconnecting():
-                    raise self._error() from None
-                if internal:
-                    raise ConnectionLost("the connection to the broker was lost") from None
+            # The queue was closed: the connection is lost (or the client closed).
+            if not self._reconnecting():
+                raise self._error()
+            if internal:
+                raise ConnectionLost("the connection to the broker was lost")
 
     async def _wait_ready(self, deadline: float) -> None:
         """Wait until the connection is back; ``ConnectionLost`` after ``deadline``."""
@@ -558,11 +561,10 @@ class AsyncClient:
         raise ConnectionLost(f"not reconnected to the broker in {self._wait_s} s")
 
     def _send_nowait(self, message: Message) -> None:
-        """Queue ``message`` if the connection is open and the channel has room, else
-        drop it (used for Pong: a writer that far behind cannot answer in time anyway)."""
+        """Queue ``message`` if the connection is open and the queue has room, else drop
+        it (used for Pong: a writer that far behind cannot answer in time anyway)."""
         if self._failure is None and not self._conn_lost:
-            with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
-                self._tx.send_nowait(self._conn.send(message))
+            self._outgoing.put_nowait(self._conn.send(message))
 
     async def _request(self, message: Message, key: _ReplyKey, internal: bool = False) -> Message:
         """Send ``message`` and wait for the answer named by ``key``."""
@@ -583,11 +585,9 @@ class AsyncClient:
         return reply.message
 
     async def _drain_outgoing(self, last_frame: bytes) -> None:
-        """Queue ``last_frame`` after everything else, close the channel, and wait until
-        the writer has written it all and half-closed the stream."""
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await self._tx.send(last_frame)
-            self._tx.close()
+        """Queue ``last_frame`` after everything else, end the queue, and wait until the
+        writer has written it all and half-closed the stream."""
+        await self._outgoing.end(last_frame)  # (a closed queue takes nothing)
         await self._writer_done.wait()
 
     # --- the I/O task ------------------------------------------------------------------
@@ -643,7 +643,7 @@ class AsyncClient:
         self.reconnects += 1
         self._stream = stream
         self._conn = Connection("initiator", build_deliver=_delivery_of)
-        self._tx, self._rx = trio.open_memory_channel[bytes](OUTGOING_FRAMES)
+        self._outgoing = _outgoing_queue()
         self._writer_done = trio.Event()
         self._conn_scope = trio.CancelScope()
         self._conn_lost = False
@@ -693,10 +693,9 @@ class AsyncClient:
 
     async def _write_loop(self) -> None:
         try:
-            async for frame in self._rx:
-                await self._stream.send_all(b"".join(_take_ready(self._rx, [frame])))
+            await self._outgoing.writer(self._stream)  # until ended and all sent
             if isinstance(self._stream, trio.abc.HalfCloseableStream):  # TLS is not
-                await self._stream.send_eof()  # the channel was closed: Bye or Error is out
+                await self._stream.send_eof()  # Bye or Error is out
         except _IO_ERRORS as exc:
             self._lose(_lost(f"writing to the broker failed: {exc!r}", exc))
         finally:
@@ -791,7 +790,7 @@ class AsyncClient:
         self._losses += 1
         if self._ready.is_set():
             self._ready = trio.Event()
-        self._rx.close()  # senders blocked on a full channel retry on the next connection
+        self._outgoing.close()  # senders blocked on a full queue retry on the next one
         self._conn_scope.cancel()
         for reply in (*self._replies.values(), *self._stats_replies):
             reply.event.set()
@@ -810,7 +809,7 @@ class AsyncClient:
         self._down = True
         error = self._failure or ConnectionLost("the client is closed")
         self._failure = error
-        self._rx.close()  # senders blocked on a full channel get BrokenResourceError
+        self._outgoing.close()  # senders blocked on a full queue raise ConnectionLost
         self._io_scope.cancel()
         self._ready.set()  # calls waiting for a reconnection raise now
         for reply in (*self._replies.values(), *self._stats_replies):

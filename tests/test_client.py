@@ -39,6 +39,7 @@ from broker.protocol import (
     Welcome,
     encode_frame,
 )
+from client.aio import OUTGOING_FRAMES
 from routing import Filter, FilterSyntaxError, parse_filter
 
 _T = TypeVar("_T")
@@ -67,7 +68,8 @@ class FakeBroker:
     """A minimal broker for one-connection tests (see the module doc).
 
     ``refuse``: answer Hello with this Error; ``answer_hello``: False to stay silent;
-    ``flush_gate``: if set, FlushAck waits for it (``flush_seen`` is set on Flush).
+    ``flush_gate``: if set, FlushAck waits for it (``flush_seen`` is set on Flush);
+    ``stall``: read nothing more after answering Hello.
     """
 
     def __init__(self) -> None:
@@ -79,6 +81,7 @@ class FakeBroker:
         self.answer_hello = True
         self.flush_gate: trio.Event | None = None
         self.flush_seen = trio.Event()
+        self.stall = False
         self.token: trio.lowlevel.TrioToken | None = None
 
     async def start(self, nursery: trio.Nursery) -> None:
@@ -115,6 +118,8 @@ class FakeBroker:
         match message:
             case Hello() if self.answer_hello:
                 await link.send(self.refuse or Welcome(PROTOCOL_VERSION, "fake"))
+                if self.stall:
+                    await trio.sleep_forever()
             case Subscribe(sub_id=sub_id, filter=wire):
                 link.subs[sub_id] = Filter.from_wire(wire)
                 await link.send(SubAck(sub_id))
@@ -358,6 +363,40 @@ async def test_close_sends_queued_events_then_bye(broker: FakeBroker) -> None:
     assert broker.kinds() == [Hello] + [Publish] * 2000 + [Bye]
     with pytest.raises(client.ConnectionLost, match="closed"):
         await c.publish({"n": 0})
+
+
+@pytest.mark.trio
+async def test_a_publish_waiting_for_room_fails_when_the_connection_is_lost(
+    broker: FakeBroker, nursery: trio.Nursery
+) -> None:
+    """A broker that reads nothing fills the socket, then the outgoing queue: publish
+    waits (backpressure) and raises ConnectionLost once the connection is lost."""
+    broker.stall = True
+    published = 0
+    outcome: list[BaseException] = []
+
+    async def publish_until_it_fails(c: client.AsyncClient) -> None:
+        nonlocal published
+        try:
+            while True:
+                await c.publish({"blob": b"x" * 10_000})
+                published += 1
+        except client.ConnectionLost as exc:
+            outcome.append(exc)
+
+    async with connect(broker) as c:
+        nursery.start_soon(publish_until_it_fails, c)
+        while True:  # until publishing stops: the queue is full
+            before = published
+            await trio.sleep(0.2)
+            if published == before:
+                break
+        assert published >= OUTGOING_FRAMES and not outcome
+        await broker.link.stream.aclose()
+        with trio.fail_after(5):
+            while not outcome:
+                await trio.sleep(0.01)
+    assert published == before  # nothing was taken after the queue filled
 
 
 @pytest.mark.trio
