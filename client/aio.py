@@ -224,8 +224,9 @@ class _SendCounters:
 
 def _outgoing_queue() -> OutQueue:
     """A connection's queue of frames for its writer: at most ``OUTGOING_FRAMES``
-    waiting, all of them sent in one batch, no write-through (a client does not handle
-    reads the way a broker's `Outgoing` defers for)."""
+    waiting, all of them sent in one batch. Its `Outgoing` never defers (that is for a
+    broker handling a read), so a put wakes an idle writer at once, and there is no
+    write-through."""
     return OutQueue(OUTGOING_FRAMES, OUTGOING_FRAMES, Outgoing(), _SendCounters(), None)
 
 
