@@ -194,8 +194,13 @@ async def traced_run(system: throughput.System, pids: list[int], events: int, da
             await trio.sleep(1.0)  # perf attached
             await throughput.rate_limited(pubs, subs, 1_000_000, events, rate)
         finally:
-            perf.send_signal(signal.SIGINT)
-            perf.wait(timeout=30)
+            perf.send_signal(signal.SIGINT)  # perf writes its data out and exits
+            try:
+                perf.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                perf.kill()
+                perf.wait()
+                raise
 
 
 def measure(

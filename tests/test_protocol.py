@@ -836,7 +836,8 @@ def deliver_fields(message: Deliver) -> tuple[object, ...]:
 def test_build_deliver_makes_what_receive_data_returns_for_a_deliver() -> None:
     built: list[tuple[object, ...]] = []
     client, broker = building_pair(built)
-    first, second = EXAMPLES[12], Deliver([1], "e2", "p", {}, [], 5)
+    first = next(m for m in EXAMPLES if type(m) is Deliver)
+    second = Deliver([1], "e2", "p", {}, [], 5)
     stream = b"".join(broker.send(m) for m in (Ping(1), first, Stats({"n": 1}), second, SubAck(3)))
     got = client.receive_data(stream)
     assert got == [Ping(1), built[0], Stats({"n": 1}), built[1], SubAck(3)]
@@ -873,4 +874,5 @@ def test_build_deliver_does_not_make_a_deliver_receivable() -> None:
     sender = Connection("initiator")
     acceptor.receive_data(sender.send(Hello(V, "client", "n1")))
     sender.receive_data(acceptor.send(Welcome(V, "b1")))
-    expect_error(acceptor, encode_frame(EXAMPLES[12]), ERR_UNEXPECTED, "received Deliver")
+    deliver = next(m for m in EXAMPLES if type(m) is Deliver)
+    expect_error(acceptor, encode_frame(deliver), ERR_UNEXPECTED, "received Deliver")
