@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -31,6 +32,7 @@ def machine_info() -> dict[str, Any]:
         "host": platform.node(),
         "cpus": os.cpu_count(),
         "cpu_model": _cpu_model(),
+        "cpu_idle": cpu_idle(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "git_revision": revision or None,
@@ -46,6 +48,24 @@ def _cpu_model() -> str | None:
     except OSError:
         pass
     return None
+
+
+CPU_IDLE_FILES = {
+    "driver": "/sys/devices/system/cpu/cpuidle/current_driver",
+    "governor": "/sys/devices/system/cpu/cpuidle/current_governor_ro",
+    "guest_halt_poll_ns": "/sys/module/haltpoll/parameters/guest_halt_poll_ns",
+}
+
+
+def cpu_idle() -> dict[str, str]:
+    """How idle CPUs wait (Linux cpuidle; on a KVM guest, how long a vCPU polls before it
+    halts): what a wake-up at low load costs depends on it (`bench.awake`). Only what
+    this machine exposes."""
+    found = {}
+    for name, path in CPU_IDLE_FILES.items():
+        with contextlib.suppress(OSError):
+            found[name] = Path(path).read_text().strip()
+    return found
 
 
 def timed(fn: Callable[[], Any]) -> float:

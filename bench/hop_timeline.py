@@ -18,8 +18,8 @@ ours with the relay's.
 
 Needs ``perf`` with access to tracepoints (root, or ``kernel.perf_event_paranoid``
 at -1) on x86-64 (the system call numbers); skips with the reason otherwise.
-Run: ``python -m bench.hop_timeline [--events N]``; writes
-``bench/results/hop_timeline.json``.
+Run: ``python -m bench.hop_timeline [--events N] [--cpus-kept-awake]``; writes
+``bench/results/hop_timeline.json`` (or ``hop_timeline_cpus_kept_awake.json``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from typing import Any
 import trio
 
 from bench import throughput
+from bench.awake import cpus_kept_awake
 from bench.common import write_result
 from broker.process import unwind_on_sigterm
 
@@ -179,8 +180,11 @@ def perf_problem() -> str | None:
     return None
 
 
-async def traced_run(system: throughput.System, pids: list[int], events: int, data: Path) -> None:
-    """The chain workload on ``system`` while perf records its processes ``pids``."""
+async def traced_run(
+    system: throughput.System, pids: list[int], events: int, data: Path, awake: bool
+) -> None:
+    """The chain workload on ``system`` while perf records its processes ``pids`` (and
+    the CPUs are kept from idling if `awake`)."""
     rate = throughput.CHAIN_RATE
     length = throughput.CHAIN_LENGTH
     async with AsyncExitStack() as stack:
@@ -191,8 +195,9 @@ async def traced_run(system: throughput.System, pids: list[int], events: int, da
         command = ["perf", "record", "-q", "-o", str(data), "-e", TRACEPOINTS]
         perf = subprocess.Popen([*command, "-p", ",".join(map(str, pids))])
         try:
-            await trio.sleep(1.0)  # perf attached
-            await throughput.rate_limited(pubs, subs, 1_000_000, events, rate)
+            with cpus_kept_awake() if awake else nullcontext():
+                await trio.sleep(1.0)  # perf attached
+                await throughput.rate_limited(pubs, subs, 1_000_000, events, rate)
         finally:
             perf.send_signal(signal.SIGINT)  # perf writes its data out and exits
             try:
@@ -204,7 +209,7 @@ async def traced_run(system: throughput.System, pids: list[int], events: int, da
 
 
 def measure(
-    system: throughput.HopSystem | throughput.RelaySystem, events: int, workdir: Path
+    system: throughput.HopSystem | throughput.RelaySystem, events: int, workdir: Path, awake: bool
 ) -> dict[str, Any]:
     """The traced workload on ``system``'s chain, summarized."""
     length = throughput.CHAIN_LENGTH
@@ -212,7 +217,7 @@ def measure(
     system.start(workdir)
     try:
         pids = [system.pid(node) for node in range(1, length + 1)]
-        trio.run(traced_run, system, pids, events, data)
+        trio.run(traced_run, system, pids, events, data, awake)
     finally:
         system.stop()
     script = subprocess.run(
@@ -228,22 +233,33 @@ def measure(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=EVENTS, help="events per chain")
+    parser.add_argument(
+        "--cpus-kept-awake",
+        action="store_true",
+        help="keep every CPU from idling (bench.awake); writes hop_timeline_cpus_kept_awake.json",
+    )
     args = parser.parse_args(argv)
+    name = "hop_timeline_cpus_kept_awake" if args.cpus_kept_awake else "hop_timeline"
     problem = perf_problem()
     if problem is not None:
         print(f"hop_timeline skipped: {problem}", file=sys.stderr)
-        print(write_result("hop_timeline", {"skipped": problem}))
+        print(write_result(name, {"skipped": problem}))
         return
     unwind_on_sigterm()
     length = throughput.CHAIN_LENGTH
-    result: dict[str, Any] = {"rate": throughput.CHAIN_RATE, "events": args.events}
+    result: dict[str, Any] = {
+        "rate": throughput.CHAIN_RATE,
+        "events": args.events,
+        "cpus_kept_awake": args.cpus_kept_awake,
+    }
     with tempfile.TemporaryDirectory(prefix="bench-hop-timeline-") as tmp:
         for system in (throughput.HopSystem(length), throughput.RelaySystem(length)):
-            result[system.name] = summary = measure(system, args.events, Path(tmp))
+            summary = measure(system, args.events, Path(tmp), args.cpus_kept_awake)
+            result[system.name] = summary
             print(f"{system.name}: hops {summary['hop_us']} us")
             for node, phases in summary["phases_us"].items():
                 print(f"  node {node}: {phases}")
-    print(write_result("hop_timeline", result))
+    print(write_result(name, result))
 
 
 if __name__ == "__main__":

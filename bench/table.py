@@ -76,6 +76,14 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
             lookup(results, "chain", "relay", "per_hop_us"),
         )
     )
+    out.append(
+        _compared(
+            "chain of 5, CPUs kept from idling: added latency per hop (us)",
+            lookup(results, "chain", "cpus_kept_awake", "hop", "per_hop_us"),
+            "relay chain",
+            lookup(results, "chain", "cpus_kept_awake", "relay", "per_hop_us"),
+        )
+    )
     for rate in ("400", "2000"):
         out.append(
             _compared(

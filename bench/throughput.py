@@ -15,6 +15,10 @@ Benchmarks (``python -m bench --only NAME``; ``python -m bench.throughput`` runs
   publisher on broker 1 and one on broker 5, alternating events at 400 events/s; the
   added latency per broker hop is (p50 via 5 brokers - p50 via 1 broker) / 4. The
   baseline is a chain of 5 relays measured the same way, alternating with the brokers.
+  Both chains are measured twice in each repetition, taking turns: on the machine as it
+  is, and with every CPU kept from idling by an idle-priority busy loop
+  (``bench.awake``; under ``cpus_kept_awake`` in the results), which takes the cost of
+  waking a halted (virtual) CPU out of the hops. The target is judged on the first.
   The 999 filler subscriptions sit on broker 1: below the root, every subscription
   is checked for covering against all those forwarded before (quadratic: 999 of them
   on broker 5 took over 30 s, and dropping them stalled the brokers for over 10 s).
@@ -47,7 +51,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -56,6 +60,7 @@ import msgpack
 import trio
 
 import client
+from bench.awake import cpus_kept_awake
 from bench.common import median, write_result
 from bench.relay import READ_SIZE, FrameDecoder, handshake
 from broker.limits import Limits
@@ -697,10 +702,18 @@ def chain_result(samples: list[Sample], first: int, count: int) -> dict[str, Any
     }
 
 
-async def chain_reps(systems: list[System], settings: Settings) -> dict[str, list[dict[str, Any]]]:
+CHAIN_CONDITIONS = ("as_is", "cpus_kept_awake")
+"""Each chain is measured on the machine as it is, and with every CPU kept from idling
+(`bench.awake`): the difference is what waking idle CPUs adds to a hop."""
+
+
+async def chain_reps(
+    systems: list[System], settings: Settings
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """Connect to every chain once (filler, subscriber, a publisher at each end), then
-    alternate the chains' latency runs, repetition after repetition."""
-    runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in systems}
+    alternate the conditions and, within each, the chains' latency runs, repetition
+    after repetition: runs[condition][system name]."""
+    runs = {c: {s.name: [] for s in systems} for c in CHAIN_CONDITIONS}
     clients: dict[str, tuple[list[Publisher], list[Subscriber]]] = {}
     async with AsyncExitStack() as stack:
         for system in systems:
@@ -710,23 +723,29 @@ async def chain_reps(systems: list[System], settings: Settings) -> dict[str, lis
             await rate_limited(pubs, subs, 0, 100, CHAIN_RATE)  # warm-up
             clients[system.name] = (pubs, subs)
         for rep in range(settings.reps):
-            for system in systems if rep % 2 == 0 else systems[::-1]:
-                first = (rep + 1) * 1_000_000
-                count = settings.chain_events
-                samples, _ = await rate_limited(*clients[system.name], first, count, CHAIN_RATE)
-                result = chain_result(samples, first, count)
-                runs[system.name].append(result)
-                print(
-                    f"rep {rep} {system.name}: per hop {result['per_hop_us']} us "
-                    f"(p50 {result['one_node']['p50_us']} / "
-                    f"{result[f'{CHAIN_LENGTH}_nodes']['p50_us']} us)",
-                    file=sys.stderr,
-                )
+            order = CHAIN_CONDITIONS if rep % 2 == 0 else CHAIN_CONDITIONS[::-1]
+            for k, condition in enumerate(order):
+                first = (rep * len(order) + k + 1) * 1_000_000
+                with cpus_kept_awake() if condition == "cpus_kept_awake" else nullcontext():
+                    for system in systems if rep % 2 == 0 else systems[::-1]:
+                        count = settings.chain_events
+                        samples, _ = await rate_limited(
+                            *clients[system.name], first, count, CHAIN_RATE
+                        )
+                        result = chain_result(samples, first, count)
+                        runs[condition][system.name].append(result)
+                        print(
+                            f"rep {rep} {condition} {system.name}: per hop "
+                            f"{result['per_hop_us']} us (p50 {result['one_node']['p50_us']} / "
+                            f"{result[f'{CHAIN_LENGTH}_nodes']['p50_us']} us)",
+                            file=sys.stderr,
+                        )
     return runs
 
 
 def run_chain(settings: Settings, workdir: Path) -> dict[str, Any]:
-    """Per-hop added latency of a chain of brokers and of a chain of relays."""
+    """Per-hop added latency of a chain of brokers and of a chain of relays, as is and
+    with the CPUs kept awake."""
     systems: list[System] = [HopSystem(CHAIN_LENGTH), RelaySystem(CHAIN_LENGTH)]
     try:
         for system in systems:
@@ -736,8 +755,7 @@ def run_chain(settings: Settings, workdir: Path) -> dict[str, Any]:
         for system in systems:
             system.stop()
 
-    def summary(name: str) -> dict[str, Any]:
-        rs = runs[name]
+    def summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "per_hop_us": _median_of(rs, "per_hop_us"),
             "one_node_p50_us": _median_of(rs, "one_node", "p50_us"),
@@ -748,19 +766,26 @@ def run_chain(settings: Settings, workdir: Path) -> dict[str, Any]:
             "runs": rs,
         }
 
-    hop, relay = summary(systems[0].name), summary(systems[1].name)
+    def compared(condition: str) -> dict[str, Any]:
+        hop = summary(runs[condition][systems[0].name])
+        relay = summary(runs[condition][systems[1].name])
+        return {
+            "hop": hop,
+            "relay": relay,
+            "per_hop_ratio_to_relay": (
+                round(hop["per_hop_us"] / relay["per_hop_us"], 2)
+                if hop["per_hop_us"] is not None and relay["per_hop_us"]
+                else None
+            ),
+        }
+
     return {
         "length": CHAIN_LENGTH,
         "rate": CHAIN_RATE,
         "events_per_run": settings.chain_events,
         "repetitions": settings.reps,
-        "hop": hop,
-        "relay": relay,
-        "per_hop_ratio_to_relay": (
-            round(hop["per_hop_us"] / relay["per_hop_us"], 2)
-            if hop["per_hop_us"] is not None and relay["per_hop_us"]
-            else None
-        ),
+        **compared("as_is"),
+        "cpus_kept_awake": compared("cpus_kept_awake"),
     }
 
 

@@ -13,6 +13,11 @@ def test_rows_put_ours_beside_each_baseline_with_the_ratio() -> None:
             "hop": {"fanout1": {"events_per_s": 6000.0, "latency_500": {"p50_us": 450.0}}},
             "link": {"fanout1": point},
             "amqtt": {"bare": {"fanout1": {"events_per_s": 500.0}}},
+            "chain": {
+                "hop": {"per_hop_us": 190.0},
+                "relay": {"per_hop_us": 200.0},
+                "cpus_kept_awake": {"hop": {"per_hop_us": 120.0}, "relay": {"per_hop_us": 100.0}},
+            },
             "wakeup": {
                 "systems": {
                     "hop": {"400": {"cpu_us_per_event": 250.0}},
@@ -29,6 +34,11 @@ def test_rows_put_ours_beside_each_baseline_with_the_ratio() -> None:
     assert "| 1-to-1 events/s | 6,000 | amqtt bare | 500 | 12.00x | ~3.5k |" in text
     assert "| 1-to-1 p50 latency at 500/s (us) | 450 | relay | 300 | 1.50x | ~200 |" in text
     assert "| 1-to-4 events/s | n/a | relay | n/a | n/a |  |" in text  # not measured
+    assert "| chain of 5: added latency per hop (us) | 190 | relay chain | 200 | 0.95x |" in text
+    assert (
+        "| chain of 5, CPUs kept from idling: added latency per hop (us) | 120 | relay chain "
+        "| 100 | 1.20x |" in text
+    )
     assert (
         "| CPU per event at 400/s (us, process on-CPU time) | 250 | relay | 200 | 1.25x |" in text
     )
