@@ -3,9 +3,9 @@ per CPU.
 
 On a virtual machine an idle vCPU halts, and waking it again for the next process of a
 chain goes through the hypervisor. `chain` (bench.throughput) measures each chain
-also with the CPUs kept busy this way, to tell how much of a hop's latency is that
-wake-up rather than the broker: a spinner runs under ``SCHED_IDLE``, so any other
-process that wants its CPU takes it at once, and the CPU never halts.
+also with the CPUs kept busy this way, to tell how much of a hop's latency is owed to
+idle CPUs rather than to the broker: a spinner runs under ``SCHED_IDLE``, so any
+other process that wants its CPU takes it at once, and the CPU never halts.
 
 ``python -m bench.awake CPU SECONDS PARENT`` is one spinner: pinned to CPU, it spins
 until killed, for at most SECONDS, and stops by itself once its parent is no longer

@@ -17,8 +17,9 @@ Benchmarks (``python -m bench --only NAME``; ``python -m bench.throughput`` runs
   baseline is a chain of 5 relays measured the same way, alternating with the brokers.
   Both chains are measured twice in each repetition, taking turns: on the machine as it
   is, and with every CPU kept from idling by an idle-priority busy loop
-  (``bench.awake``; under ``cpus_kept_awake`` in the results), which takes the cost of
-  waking a halted (virtual) CPU out of the hops. The target is judged on the first.
+  (``bench.awake``; under ``cpus_kept_awake`` in the results), which takes what idle
+  CPUs cost (on a VM: halted vCPUs, woken through the hypervisor) out of the hops. The
+  target is judged on the first.
   The 999 filler subscriptions sit on broker 1: below the root, every subscription
   is checked for covering against all those forwarded before (quadratic: 999 of them
   on broker 5 took over 30 s, and dropping them stalled the brokers for over 10 s).
