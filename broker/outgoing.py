@@ -9,6 +9,9 @@ writes each touched queue through its socket with one non-blocking write, and wa
 a writer only for what the socket would not take. Outside a read (heartbeats, the
 link's end), queuing wakes the writer at once.
 
+A client's publish at low rate is written through the same way at once
+(`OutQueue.put_through`): it has no read to wait for the end of.
+
 The order of frames on a link is the queue's order either way: a write-through
 happens only while the writer is parked with nothing in flight, and what it leaves
 unsent (`tail`) goes out before anything still queued.
@@ -114,6 +117,19 @@ class OutQueue:
             else:
                 self._wake_writer()
         return True
+
+    def put_through(self, frame: bytes) -> bool:
+        """`put_nowait`, but a frame that finds the writer parked with nothing waiting or
+        in flight is written at once, with one non-blocking write, instead of waking
+        the writer (what the socket would not take is left to it). For a lone frame,
+        such as a client's publish at low rate: no pass of the writer task."""
+        if self.writer_idle and not self.frames and self.fd is not None and not self.closed:
+            self.frames.append(frame)
+            self.queued += 1
+            self.outgoing.frames += 1
+            self.write_through()
+            return True
+        return self.put_nowait(frame)
 
     def _wake_writer(self) -> None:
         self.writer_idle = False

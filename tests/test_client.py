@@ -366,6 +366,29 @@ async def test_close_sends_queued_events_then_bye(broker: FakeBroker) -> None:
 
 
 @pytest.mark.trio
+async def test_a_publish_alone_in_time_is_written_at_once_a_burst_in_order(
+    broker: FakeBroker,
+) -> None:
+    """A publish long enough after the one before goes out before publish returns (no
+    pass of the writer task); the next ones, back to back, are queued for the writer;
+    the broker gets them all in order."""
+    async with connect(broker) as c:
+        await trio.sleep(0.01)
+        await trio.testing.wait_all_tasks_blocked()
+        sent = c._outgoing.counters.messages_out  # Hello
+        await c.publish({"n": 0})
+        assert c._outgoing.counters.messages_out == sent + 1  # already written
+        for n in range(1, 500):
+            await c.publish({"n": n})
+        assert c._outgoing.counters.messages_out < sent + 500  # the rest wait for the writer
+        await trio.sleep(0.01)
+        await c.publish({"n": 500})
+        await c.flush()
+    events = [m.attributes["n"] for m in broker.received if isinstance(m, Publish)]
+    assert events == list(range(501))
+
+
+@pytest.mark.trio
 async def test_a_publish_waiting_for_room_fails_when_the_connection_is_lost(
     broker: FakeBroker, nursery: trio.Nursery
 ) -> None:

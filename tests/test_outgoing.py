@@ -1,6 +1,6 @@
 """The broker's outgoing queue (`broker.outgoing`) and socket reads (`broker.netio`),
-on socket pairs: write-through at a read's end, order under partial writes,
-backpressure, the writer's end, and reads that wait or not."""
+on socket pairs: write-through at a read's end and of a lone frame, order under partial
+writes, backpressure, the writer's end, and reads that wait or not."""
 
 from __future__ import annotations
 
@@ -124,6 +124,54 @@ def test_a_reader_at_a_full_queue_writes_through_and_goes_on() -> None:
                     assert await w.queue.put(b"%02d" % i)
                 assert w.outgoing.deferring  # still handling the read
             assert await _read_exactly(peer, 24) == b"".join(b"%02d" % i for i in range(12))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_put_through_writes_a_lone_frame_at_once_and_queues_behind_others() -> None:
+    """A frame that finds the writer parked with nothing queued is written by the put
+    itself; one that finds frames waiting or in flight queues behind them, in order."""
+    big = [bytes([i]) * 100_000 for i in range(1, 41)]  # 4 MB: more than the socket takes
+
+    async def main() -> None:
+        local, peer = await _pair()
+        async with trio.open_nursery() as nursery:
+            w = Writer(nursery, local)
+            await trio.testing.wait_all_tasks_blocked()
+            assert w.queue.put_through(b"lone;")
+            assert w.counts.messages_out == 1 and w.queue.queued == w.outgoing.frames == 0
+            assert w.queue.writer_idle  # nobody woke it
+            assert await _read_exactly(peer, 5) == b"lone;"
+            await trio.testing.wait_all_tasks_blocked()
+            for frame in big[:20]:
+                assert w.queue.put_nowait(frame)  # wakes the writer, which has not run yet
+            assert w.queue.put_through(b"after;")  # queued behind them, not written ahead
+            assert w.counts.messages_out == 1
+            for frame in big[20:]:
+                assert w.queue.put_nowait(frame)
+            expected = b"".join(big[:20]) + b"after;" + b"".join(big[20:])
+            assert await _read_exactly(peer, len(expected)) == expected
+            await trio.testing.wait_all_tasks_blocked()
+            assert w.counts.messages_out == 42 and w.queue.queued == 0
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_put_through_without_a_socket_wakes_the_writer() -> None:
+    """No file descriptor (TLS, in-memory streams): the writer sends, as with put_nowait."""
+
+    async def main() -> None:
+        local, peer = await _pair()
+        async with trio.open_nursery() as nursery:
+            outgoing, counts = Outgoing(), Counts()
+            queue = OutQueue(10, 10, outgoing, counts, None)
+            nursery.start_soon(queue.writer, local)
+            await trio.testing.wait_all_tasks_blocked()
+            assert queue.put_through(b"frame")
+            assert counts.messages_out == 0 and not queue.writer_idle  # woken
+            assert await _read_exactly(peer, 5) == b"frame"
             nursery.cancel_scope.cancel()
 
     trio.run(main)
