@@ -21,9 +21,9 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench.common import REPO
+
 MAX_SECONDS = 600.0
 """A spinner's longest life, whatever its parent does."""
 START_TIMEOUT_S = 10.0

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+REPO = Path(__file__).resolve().parent.parent
+"""The repository root (the working directory of the processes benchmarks start)."""
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 

@@ -62,7 +62,7 @@ import trio
 
 import client
 from bench.awake import cpus_kept_awake
-from bench.common import median, write_result
+from bench.common import REPO, median, write_result
 from bench.relay import READ_SIZE, FrameDecoder, handshake
 from broker.limits import Limits
 from broker.local_network import Network, free_base_port
@@ -85,7 +85,6 @@ from broker.protocol import (
 from routing import parse_filter
 from topologies.generators import chain
 
-REPO = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 PAYLOAD = b"x" * 55  # with the other attributes, a Publish frame of 150 bytes
 MATCHING_FILTER = 'type = "bench" and family = 0'

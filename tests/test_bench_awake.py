@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from bench.awake import REPO, cpus_kept_awake
+from bench.awake import cpus_kept_awake
+from bench.common import REPO
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "SCHED_IDLE"), reason="needs Linux scheduling policies"

@@ -36,12 +36,20 @@ async def _read_exactly(stream: trio.SocketStream, size: int) -> bytes:
 
 
 class Writer:
-    """An OutQueue on one end of a socket pair, and its writer task."""
+    """An OutQueue on one end of a socket pair (written through unless ``plain``: as
+    for TLS or in-memory streams), and its writer task."""
 
-    def __init__(self, nursery: trio.Nursery, local: trio.SocketStream, limit: int = 1000):
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        local: trio.SocketStream,
+        limit: int = 1000,
+        plain: bool = False,
+    ):
         self.outgoing = Outgoing()
         self.counts = Counts()
-        self.queue = OutQueue(limit, 64, self.outgoing, self.counts, socket_fd(local))
+        fd = None if plain else socket_fd(local)
+        self.queue = OutQueue(limit, 64, self.outgoing, self.counts, fd)
         self.done = trio.Event()
         nursery.start_soon(self._run, local)
 
@@ -165,12 +173,10 @@ def test_put_through_without_a_socket_wakes_the_writer() -> None:
     async def main() -> None:
         local, peer = await _pair()
         async with trio.open_nursery() as nursery:
-            outgoing, counts = Outgoing(), Counts()
-            queue = OutQueue(10, 10, outgoing, counts, None)
-            nursery.start_soon(queue.writer, local)
+            w = Writer(nursery, local, plain=True)
             await trio.testing.wait_all_tasks_blocked()
-            assert queue.put_through(b"frame")
-            assert counts.messages_out == 0 and not queue.writer_idle  # woken
+            assert w.queue.put_through(b"frame")
+            assert w.counts.messages_out == 0 and not w.queue.writer_idle  # woken
             assert await _read_exactly(peer, 5) == b"frame"
             nursery.cancel_scope.cancel()
 
