@@ -21,7 +21,12 @@ class _CurrentStderr:
 
 
 def configure(level: str = "info") -> None:
-    """Configure structlog once per process."""
+    """Configure structlog once per process.
+
+    Each record goes out in one write, its newline included (`structlog.WriteLogger`):
+    `PrintLogger` prints the line and then its newline, two writes to the stderr that
+    `hop net`'s brokers share, so two brokers logging at once could run their records
+    together on one line and break the JSON lines apart."""
     renderer: structlog.types.Processor
     if sys.stderr.isatty():
         renderer = structlog.dev.ConsoleRenderer(colors=False)
@@ -37,6 +42,6 @@ def configure(level: str = "info") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),
+        logger_factory=structlog.WriteLoggerFactory(file=_CurrentStderr()),
         cache_logger_on_first_use=True,
     )

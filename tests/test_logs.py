@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import sys
 
 import pytest
@@ -26,3 +27,30 @@ def test_loggers_write_to_the_stderr_of_the_moment(monkeypatch: pytest.MonkeyPat
     structlog.get_logger("test.other").warning("another")
     assert '"event": "late"' in second.getvalue()
     assert '"event": "another"' in second.getvalue()
+
+
+class _Writes(io.StringIO):
+    """A stderr stand-in that keeps each write call apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.calls.append(text)
+        return super().write(text)
+
+
+def test_each_record_is_one_write_with_its_newline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Brokers started by `hop net` share one stderr: a record written in two parts
+    (the line, then its newline) could be run together with another broker's."""
+    stand_in = _Writes()
+    monkeypatch.setattr(sys, "stderr", stand_in)
+    logs.configure("info")
+    log = structlog.get_logger("test.logs.writes")
+    log.info("first", broker="5")
+    log.warning("second", broker="6")
+    assert len(stand_in.calls) == 2, stand_in.calls
+    for call in stand_in.calls:
+        assert call.endswith("\n") and call.count("\n") == 1, call
+        assert json.loads(call)["broker"] in {"5", "6"}
