@@ -1,9 +1,10 @@
-"""Run the benchmarks: ``python -m bench [--quick] [--only NAME ...]``.
+"""Run the benchmarks: ``python -m bench [--quick] [--only NAME ...] [--name NAME]``.
 
-Writes ``bench/results/latest.json``: the machine, the mode, every selected
-benchmark's results under ``results``, the issue's targets with the measured value
-and ``target_met`` each, what was skipped (and why) and what failed (and how). A
-failing benchmark does not stop the others; the exit code is 1 when one failed.
+Writes ``bench/results/latest.json`` (``--name NAME``: ``NAME.json``): the machine,
+the mode, every selected benchmark's results under ``results``, the issue's targets
+with the measured value and ``target_met`` each, what was skipped (and why) and what
+failed (and how). A failing benchmark does not stop the others; the exit code is 1
+when one failed.
 
 Benchmarks (see each module's doc for what is measured and how):
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 import time
@@ -196,10 +198,25 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def result_name(text: str) -> str:
+    """``--name``: a file name stem of letters, digits, '-' and '_' (not a path)."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a result name (letters, digits, '-' and '_')"
+        )
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the under-5-minutes version")
     parser.add_argument("--only", nargs="+", choices=NAMES, metavar="NAME", help=", ".join(NAMES))
+    parser.add_argument(
+        "--name",
+        type=result_name,
+        default="latest",
+        help="write bench/results/NAME.json (default: latest), to keep a run beside the latest one",
+    )
     args = parser.parse_args(argv)
     unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
     selected = [n for n in NAMES if n in (args.only or NAMES)]
@@ -236,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     checked = targets(run.results)
     path = write_result(
-        "latest",
+        args.name,
         {
             "mode": "quick" if args.quick else "full",
             "selected": selected,

@@ -33,6 +33,9 @@ def machine_info() -> dict[str, Any]:
     return {
         "host": platform.node(),
         "cpus": os.cpu_count(),
+        # Fewer than `cpus` when the run was confined (e.g. `taskset -c 0 python -m
+        # bench`); the processes a benchmark starts inherit it.
+        "cpus_allowed": sorted(os.sched_getaffinity(0)),
         "cpu_model": _cpu_model(),
         "cpu_idle": cpu_idle(),
         "python": platform.python_version(),

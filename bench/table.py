@@ -115,10 +115,16 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
 def render(result: dict[str, Any]) -> str:
     machine = result.get("machine", {})
     load = lookup(result, "load_average", "start")
+    allowed = machine.get("cpus_allowed")
+    confined = (
+        f" (the run confined to CPU {', '.join(map(str, allowed))})"
+        if allowed is not None and len(allowed) < machine.get("cpus", 0)
+        else ""
+    )
     lines = [
         f"Run of {machine.get('date', '?')} at revision {machine.get('git_revision', '?')}, "
-        f"{machine.get('cpus', '?')} cores of an {machine.get('cpu_model', '?')}, Python "
-        f"{machine.get('python', '?')}, mode {result.get('mode', '?')}"
+        f"{machine.get('cpus', '?')} cores of an {machine.get('cpu_model', '?')}{confined}, "
+        f"Python {machine.get('python', '?')}, mode {result.get('mode', '?')}"
         + (f", load average at start {load[0]:.2f}" if load else "")
         + "; medians over repetitions, 150-byte events, 1000 subscriptions installed.",
         "",

@@ -43,3 +43,12 @@ def test_rows_put_ours_beside_each_baseline_with_the_ratio() -> None:
         "| CPU per event at 400/s (us, process on-CPU time) | 250 | relay | 200 | 1.25x |" in text
     )
     assert "| d | 3.0 | 10.0 | **no** |" in text
+
+
+def test_a_run_confined_to_fewer_cpus_says_so() -> None:
+    machine = {"date": "2026-11-25T00:00:00Z", "cpus": 2, "cpu_model": "X"}
+    assert "confined" not in render({"machine": {**machine, "cpus_allowed": [0, 1]}})
+    assert "2 cores of an X (the run confined to CPU 0)," in render(
+        {"machine": {**machine, "cpus_allowed": [0]}}
+    )
+    assert "confined" not in render({"machine": machine})  # results from before the field
