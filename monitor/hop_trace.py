@@ -64,7 +64,7 @@ from typing import Any
 
 import structlog
 
-from monitor.tracing import trace_path
+from monitor.trace_files import trace_path
 
 log = structlog.get_logger("hop.trace")
 

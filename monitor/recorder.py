@@ -49,8 +49,9 @@ class TraceWriter:
         self.rows_written = 0
         self._sink = pa.OSFile(str(path), "wb")
         self._writer: pa.RecordBatchStreamWriter | None = pa.ipc.new_stream(self._sink, schema)
-        # pyarrow initialises its conversions on first use (~0.5 s here): pay that now,
-        # not in the middle of a measurement.
+        # pyarrow initialises its conversions on first use (~0.5 s here, most of it
+        # importing pandas when it is installed and not refused as `monitor.hop_writer`
+        # does): pay that now, not in the middle of a measurement.
         self._batch([])
         self._deadline = time.monotonic() + flush_interval_s
 

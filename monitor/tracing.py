@@ -5,18 +5,13 @@ RUN_DIR/traces/."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from monitor.recorder import TraceWriter
 from monitor.schema import DELIVERIES, PUBLICATIONS
-
-
-def trace_path(trace_dir: Path, table: str, owner: str) -> Path:
-    """RUN_DIR/traces/TABLE-OWNER-PID.arrow (a restarted process gets a new file)."""
-    return trace_dir / f"{table}-{owner}-{os.getpid()}.arrow"
+from monitor.trace_files import trace_path
 
 
 def attributes_json(attributes: Mapping[str, Any]) -> str:

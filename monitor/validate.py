@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.replay import replay
 from topologies import Workload, load_case_study
 
 QUICK = {"duration_s": 10.0, "warmup_s": 2.0}
@@ -55,8 +54,11 @@ def validate(
     master: str | None = None,
     quiet: bool = False,
 ) -> ValidationResult:
+    # Imported here, as the analysis is: `hop` reads CALIBRATION_FRACTIONS for every
+    # subcommand, and a broker process has no use for pyarrow and pandas.
     from monitor.analysis import analyze
     from monitor.predict import predict
+    from monitor.replay import replay
     from monitor.report import render
     from monitor.spark import spark_session
 
