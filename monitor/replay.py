@@ -122,7 +122,8 @@ def replay(
     )
     try:
         procs.start(log_dir=run_dir / "logs")
-        # Each broker imports pyarrow and warms it up (~1 s of CPU): allow for 15 on 2 cores.
+        # Each broker waits for its trace writer (pyarrow imported and warmed up, ~0.3 s of
+        # CPU besides the broker's own start): allow for 15 on 2 cores, and a busy host.
         procs.wait_listening(timeout=30.0 + 3.0 * len(study.topology.brokers))
         _wait_linked(study, creds)
         offsets = clock_offsets(study, creds)
