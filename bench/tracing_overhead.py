@@ -4,7 +4,8 @@ the same run, as the median of many paired measurements.
 The broker must be the bottleneck, or the ratio would measure the load generator:
 the publisher sends pre-encoded `Publish` frames over a raw protocol connection
 (encoded before the clock starts, written in 256 KiB chunks), and the subscriber
-counts `Deliver` frames by their length prefixes without decoding them. Both run
+counts Delivers by the frames' length prefixes without decoding them (and the count
+in the head of a frame of several, `Deliveries`). Both run
 in this process, which needs a small fraction of the broker's CPU per event.
 
 This machine's speed moves by 10-30 % within seconds (other tenants), more than the
@@ -39,6 +40,7 @@ from broker.process import BrokerProcesses, unwind_on_sigterm
 from broker.protocol import (
     PROTOCOL_VERSION,
     Connection,
+    Deliveries,
     Hello,
     Publish,
     SubAck,
@@ -55,6 +57,7 @@ CHUNK = 256 * 1024
 READ_SIZE = 65536
 TIME_LIMIT_S = 120.0
 _LENGTH = struct.Struct(">I")
+DELIVERIES_HEAD = bytes((0x92, Deliveries.TYPE))  # a Deliveries payload: [24, [...]]
 
 
 async def _open(address: tuple[str, int], name: str) -> tuple[trio.SocketStream, Connection]:
@@ -101,21 +104,33 @@ def encoded_events(events: int) -> list[bytes]:
     return chunks
 
 
-async def count_frames(stream: trio.SocketStream, expected: int) -> float:
-    """Read until `expected` frames arrived; the perf_counter time of the last one."""
+def delivers_in(buffer: bytes | bytearray, start: int) -> int:
+    """How many Delivers the whole frame at ``start`` of ``buffer`` carries: the count
+    in a `Deliveries` frame's array header (`broker.protocol.join_frames`), else 1."""
+    if buffer[start + 4 : start + 6] != DELIVERIES_HEAD:
+        return 1
+    header = buffer[start + 6]
+    if header & 0xF0 == 0x90:  # fixarray
+        return header & 0x0F
+    size = 2 if header == 0xDC else 4  # array 16, array 32
+    return int.from_bytes(buffer[start + 7 : start + 7 + size], "big")
+
+
+async def count_delivers(stream: trio.SocketStream, expected: int) -> float:
+    """Read until `expected` Delivers arrived; the perf_counter time of the last one."""
     buffer = bytearray()
-    frames = 0
-    while frames < expected:
+    delivers = 0
+    while delivers < expected:
         data = await stream.receive_some(READ_SIZE)
         if not data:
-            raise ConnectionError(f"broker closed the subscriber after {frames} frames")
+            raise ConnectionError(f"broker closed the subscriber after {delivers} events")
         buffer += data
         start, end = 0, len(buffer)
         while end - start >= 4:
             stop = start + 4 + _LENGTH.unpack_from(buffer, start)[0]
             if stop > end:
                 break
-            frames += 1
+            delivers += delivers_in(buffer, start)
             start = stop
         del buffer[:start]
     return time.perf_counter()
@@ -134,7 +149,7 @@ async def drive(address: tuple[str, int], chunks: list[bytes], events: int) -> f
 
                 async def consume() -> None:
                     nonlocal done
-                    done = await count_frames(sub_stream, events)
+                    done = await count_delivers(sub_stream, events)
 
                 nursery.start_soon(consume)
                 start = time.perf_counter()

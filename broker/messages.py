@@ -11,9 +11,12 @@ code  message       code  message       code  message       code  message
 2     Welcome       11    SubAck        21    Deliver       31    Stats
 3     Bye           12    Unsubscribe   22    Flush
 4     Error         13    UnsubAck      23    FlushAck
-5     Ping
+5     Ping                              24    (Deliveries)
 6     Pong
 ====  ============  ====  ============  ====  ============  ====  ============
+
+Code 24 is not a message of its own but a frame of several Delivers (`Deliveries`),
+which a broker sends a client in place of consecutive Deliver frames.
 
 Messages validate their fields when constructed, so one check serves both sides: a
 message decoded from the wire is as trustworthy as one built locally, and an invalid
@@ -31,8 +34,9 @@ from typing import Any, ClassVar, Literal, NoReturn, get_args
 
 import msgpack
 
-PROTOCOL_VERSION = 1
-"""Major protocol version; a Hello or Welcome with any other version is refused."""
+PROTOCOL_VERSION = 2
+"""Major protocol version; a Hello or Welcome with any other version is refused.
+2: brokers send clients `Deliveries` frames."""
 
 # Codes of ProtocolError (and of the Error message sent to the peer before closing).
 ERR_FRAMING = "framing"  # zero-length frame, or frame longer than the maximum
@@ -451,11 +455,11 @@ Message = (
 MESSAGE_TYPES: tuple[type[Message], ...] = get_args(Message)
 
 
-_Decoder = tuple[type[Message], int, Callable[[list[Any]], Any]]
+_Decoder = tuple[type, int, Callable[[list[Any]], Any]]
 """How `decode_message` reads a wire array of one type code: the type, the array's
 length, and the function making the message of it: the type's `_from_wire`, bound once
 here (binding it per message made an object per message for the garbage collector to
-count), or for Deliver what `decoders` was given."""
+count), or for Deliver what `decoders` was given; for `Deliveries`, its elements."""
 Decoders = dict[int, _Decoder]
 """A decoder per type code: `decoders()`."""
 
@@ -549,17 +553,41 @@ def _deliver_decoder(build: DeliverBuilder) -> Callable[[list[Any]], Any]:
     return from_wire
 
 
+class Deliveries:
+    """Not a message type but the type of a frame that carries several Delivers to a
+    client: ``[24, [deliver, ...]]``, each element the whole wire array of a Deliver,
+    ``[21, sub_ids, ...]``. A broker joins consecutive Deliver frames for a client into
+    one (`broker.protocol.join_frames`): a client decodes one frame of many Delivers
+    at a lower cost per Deliver than as many frames. `decode` gives its elements,
+    unchecked, and `broker.protocol.Connection.receive_data` the Delivers they are."""
+
+    TYPE: ClassVar[int] = 24
+
+
+def _deliveries_elements(wire: list[Any]) -> list[Any]:
+    elements = wire[1]
+    if type(elements) is not list or not elements:
+        got = _describe(elements)
+        raise ProtocolError(ERR_MALFORMED, f"Deliveries carries an array of Delivers, got {got}")
+    return elements
+
+
 def decoders(build_deliver: DeliverBuilder = _build_deliver) -> Decoders:
     """The decoder table of `decode`: every message type decoded to its message, but a
     Deliver to ``build_deliver`` of its checked fields. A client builds the objects it
     hands to its application that way, without a Deliver in between (~0.25 us less per
     delivery: the Deliver's construction and its freeing)."""
     _, length, _ = _REGISTERED[Deliver.TYPE]
-    return {**_REGISTERED, Deliver.TYPE: (Deliver, length, _deliver_decoder(build_deliver))}
+    return {
+        **_REGISTERED,
+        Deliver.TYPE: (Deliver, length, _deliver_decoder(build_deliver)),
+        Deliveries.TYPE: (Deliveries, 2, _deliveries_elements),
+    }
 
 
 DECODERS = decoders()
-"""Every message type decoded to its message (`decode_message`)."""
+"""Every message type decoded to its message, and a `Deliveries` frame to its list of
+Deliver wire arrays."""
 
 
 # --- codec ----------------------------------------------------------------------------
@@ -570,7 +598,9 @@ class _Packer(threading.local):
     builds a new Packer per call), and a Packer must not be shared between threads."""
 
     def __init__(self) -> None:
-        self.pack = msgpack.Packer(use_bin_type=True).pack
+        packer = msgpack.Packer(use_bin_type=True)
+        self.pack = packer.pack
+        self.pack_array_header = packer.pack_array_header
 
 
 _packer = _Packer()
@@ -620,7 +650,7 @@ def encode_forwarded(event: Publish, broker_id: str) -> bytes:
 # spliced from a Publish's encoding without encoding the event again. Both headers are
 # one byte (fixarray) and both type codes one byte (positive fixint).
 PUBLISH_HEAD = bytes((0x90 | 6, Publish.TYPE))
-_DELIVER_HEAD = bytes((0x90 | 7, Deliver.TYPE))
+DELIVER_HEAD = bytes((0x90 | 7, Deliver.TYPE))
 
 
 def deliver_head(sub_ids: list[int]) -> bytes:
@@ -633,7 +663,15 @@ def deliver_head(sub_ids: list[int]) -> bytes:
     except OverflowError:  # msgpack checks the range (per delivery: no check in Python)
         _check_int_list(sub_ids, "deliver_head(sub_ids)")
         raise
-    return _DELIVER_HEAD + packed
+    return DELIVER_HEAD + packed
+
+
+_DELIVERIES_HEAD = bytes((0x92, Deliveries.TYPE))
+
+
+def deliveries_head(count: int) -> bytes:
+    """What a `Deliveries` payload of ``count`` Delivers has before their payloads."""
+    return _DELIVERIES_HEAD + _packer.pack_array_header(count)
 
 
 def publish_summary(payload: bytes | bytearray | memoryview) -> tuple[str, str, Any, int]:
@@ -643,7 +681,7 @@ def publish_summary(payload: bytes | bytearray | memoryview) -> tuple[str, str, 
     try:
         wire = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception as exc:  # as in decode_message
-        raise ProtocolError(ERR_MALFORMED, f"payload is not valid msgpack: {exc}") from None
+        raise not_msgpack(exc) from None
     if type(wire) is not list or len(wire) != 6 or wire[0] != Publish.TYPE:
         raise ProtocolError(ERR_MALFORMED, f"not a Publish: {reprlib.repr(wire)}")
     _, event_id, publisher, attributes, path, _ = wire
@@ -652,7 +690,7 @@ def publish_summary(payload: bytes | bytearray | memoryview) -> tuple[str, str, 
 
 def decode_message(payload: bytes | bytearray | memoryview) -> Message:
     """Decode and validate one payload; raises ProtocolError, and only ProtocolError."""
-    return decode(payload, DECODERS)[1]  # type: ignore[no-any-return]
+    return decode(payload, _REGISTERED)[1]  # type: ignore[no-any-return]
 
 
 def decode(payload: bytes | bytearray | memoryview, by_code: Decoders) -> tuple[type[Message], Any]:
@@ -665,8 +703,19 @@ def decode(payload: bytes | bytearray | memoryview, by_code: Decoders) -> tuple[
     try:
         obj = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises ValueError subclasses, TypeError, ...
-        detail = str(exc) or type(exc).__name__
-        raise ProtocolError(ERR_MALFORMED, f"payload is not valid msgpack: {detail}") from None
+        raise not_msgpack(exc) from None
+    return message_of(obj, by_code)
+
+
+def not_msgpack(exc: Exception) -> ProtocolError:
+    """The violation of a payload msgpack could not decode (``exc``, msgpack's error)."""
+    detail = str(exc) or type(exc).__name__
+    return ProtocolError(ERR_MALFORMED, f"payload is not valid msgpack: {detail}")
+
+
+def message_of(obj: Any, by_code: Decoders) -> tuple[type[Message], Any]:
+    """The message type of a decoded payload ``obj`` and what ``by_code`` makes of it,
+    validated (`decode` after msgpack); raises ProtocolError, and only ProtocolError."""
     if type(obj) is not list or not obj:
         expected = "a non-empty array [type, fields...]"
         raise ProtocolError(ERR_MALFORMED, f"payload must be {expected}, got {_describe(obj)}")

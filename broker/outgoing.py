@@ -12,6 +12,10 @@ link's end), queuing wakes the writer at once.
 A client's publish at low rate is written through the same way at once
 (`OutQueue.put_through`): it has no read to wait for the end of.
 
+A queue writes a batch of frames as ``join`` makes it of them: one after the other,
+or, on a broker's link to a client, with runs of Delivers joined into `Deliveries`
+frames (`broker.protocol.join_frames`).
+
 The order of frames on a link is the queue's order either way: a write-through
 happens only while the writer is parked with nothing in flight, and what it leaves
 unsent (`tail`) goes out before anything still queued.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -80,8 +85,10 @@ class OutQueue:
         outgoing: Outgoing,
         counters: SendCounters,
         fd: int | None,
+        join: Callable[[list[bytes]], bytes] = b"".join,
     ) -> None:
         self.limit = limit
+        self.join = join  # the bytes to write for a batch of frames
         self.batch_limit = batch_limit
         self.outgoing = outgoing
         self.counters = counters
@@ -217,10 +224,10 @@ class OutQueue:
         frames = self.frames
         if len(frames) <= self.batch_limit:
             self.frames = []
-            return b"".join(frames), len(frames)
+            return self.join(frames), len(frames)
         batch = frames[: self.batch_limit]
         del frames[: self.batch_limit]
-        return b"".join(batch), len(batch)
+        return self.join(batch), len(batch)
 
     def _sent(self, count: int, size: int) -> None:
         self.queued -= count

@@ -7,7 +7,11 @@ and are re-exported here.
 
 Framing: a 4-byte big-endian unsigned length, then that many bytes of msgpack payload.
 A length of 0, or above the connection's ``max_frame``, is refused as soon as the four
-length bytes are in, without waiting for (or buffering) the body.
+length bytes are in, without waiting for (or buffering) the body. The payloads are
+decoded by one msgpack stream decoder (``msgpack.Unpacker``) per connection, fed what
+arrives, rather than by one ``unpackb`` call per frame on a slice of a buffer: it
+takes ~0.2 us less per frame (`Connection._parse_frames`); each payload must end
+exactly where its frame does.
 
 Sides. The *initiator* opened the TCP connection: it sends Hello, then waits for Welcome.
 The *acceptor* waits for Hello, then answers Welcome (or Error to refuse it). Only brokers
@@ -40,9 +44,13 @@ import struct
 from enum import Enum
 from typing import Any, Literal
 
+import msgpack
+from msgpack import OutOfData
+
 from broker.limits import ERR_LIMIT, Limits
 from broker.messages import (
     DECODERS,
+    DELIVER_HEAD,
     ERR_FRAMING,
     ERR_MALFORMED,
     ERR_UNEXPECTED,
@@ -55,6 +63,7 @@ from broker.messages import (
     Bye,
     Deliver,
     DeliverBuilder,
+    Deliveries,
     Error,
     Flush,
     FlushAck,
@@ -72,13 +81,15 @@ from broker.messages import (
     UnsubAck,
     Unsubscribe,
     Welcome,
-    decode,
     decode_message,
     decoders,
     deliver_head,
+    deliveries_head,
     encode_forwarded,
     encode_message,
     encode_new_event,
+    message_of,
+    not_msgpack,
 )
 
 __all__ = [
@@ -99,6 +110,7 @@ __all__ = [
     "Connection",
     "Deliver",
     "DeliverBuilder",
+    "Deliveries",
     "Error",
     "Flush",
     "FlushAck",
@@ -126,12 +138,19 @@ __all__ = [
     "error_frame",
     "forwarded_frame",
     "frame_starts",
+    "join_frames",
     "new_event_frame",
 ]
 
 DEFAULT_MAX_FRAME = 1_048_576
 _LENGTH = struct.Struct(">I")
 _MAX_LENGTH = 2**32 - 1
+_FEED_SIZE = 65536  # receive_data hands msgpack's stream decoder at most this at a time
+DELIVERIES_PAYLOAD = 8192
+"""The largest payload of a `Deliveries` frame `join_frames` makes. 8 KiB: ~55 Delivers
+of 150 bytes. A client's fan-out of 4 went from ~81k to ~95k events/s with it; 64 KiB
+frames made it slower than none (~65k), each one decoding into more objects at once
+than the caches hold (`python -m bench.fanout_cpu`, 2026-11-25)."""
 
 Side = Literal["initiator", "acceptor"]
 
@@ -259,6 +278,53 @@ def deliver_frame(
     return _LENGTH.pack(length) + head + publish_frame[6:]
 
 
+def join_frames(frames: list[bytes]) -> bytes:
+    """The bytes that send ``frames`` in order, but each run of consecutive Deliver
+    frames (`deliver_frame`) as `Deliveries` frames of at most DELIVERIES_PAYLOAD
+    bytes: what a broker writes to a client. Measured on 2026-11-25 (micro-benchmark,
+    150-byte events): a client decodes a frame of many Delivers for ~0.6 us less per
+    Deliver than as many frames (one msgpack call and one frame's checks instead of
+    one each), and joining them costs the broker ~0.12 us per Deliver."""
+    if len(frames) == 1:  # nothing to join: a write at low load
+        return frames[0]
+    out: list[bytes] = []
+    run: list[bytes] = []  # Deliver payloads
+    size = 0  # of the run's payloads
+    for frame in frames:
+        if frame[4:6] == DELIVER_HEAD:
+            size += len(frame) - 4
+            if size > _RUN_PAYLOAD:
+                if run:
+                    _add_run(run, out)
+                run, size = [], len(frame) - 4
+            run.append(frame[4:])
+        else:
+            if run:
+                _add_run(run, out)
+                run, size = [], 0
+            out.append(frame)
+    if run:
+        _add_run(run, out)
+    return b"".join(out)
+
+
+_RUN_PAYLOAD = DELIVERIES_PAYLOAD - 7  # 7: the longest head, an array 32's
+
+
+def _add_run(run: list[bytes], out: list[bytes]) -> None:
+    """Append the frame of the Deliver payloads ``run`` to ``out``: a `Deliveries`
+    frame, or the Deliver frame of one alone (which may be over DELIVERIES_PAYLOAD)."""
+    if len(run) == 1:
+        out.append(_LENGTH.pack(len(run[0])))
+        out.append(run[0])
+        return
+    head = deliveries_head(len(run))
+    body = b"".join(run)
+    out.append(_LENGTH.pack(len(head) + len(body)))
+    out.append(head)
+    out.append(body)
+
+
 def frame_starts(data: bytes | bytearray) -> list[int]:
     """Where each of the whole frames (length prefix included) that `data` holds one
     after the other starts, as in `Connection.received_frames`; a truncated last frame
@@ -283,6 +349,20 @@ def frame_starts(data: bytes | bytearray) -> list[int]:
 def error_frame(code: str, message: str) -> bytes:
     """The frame of an Error message: the answer to a violation, written before closing."""
     return encode_frame(Error(code, message))
+
+
+def _not_msgpack(exc: Exception) -> ProtocolError:
+    """A payload the stream decoder could not decode; OutOfData: it runs past its frame
+    and the bytes after it (the words of ``unpackb`` on that frame alone)."""
+    return not_msgpack(ValueError("incomplete input") if isinstance(exc, OutOfData) else exc)
+
+
+def _payload_end(past: int) -> ProtocolError:
+    """A payload decoded to one object that ends ``past`` bytes after its frame (< 0:
+    before it)."""
+    if past < 0:
+        return not_msgpack(ValueError(f"extra data ({-past} bytes after the object)"))
+    return not_msgpack(ValueError("incomplete input (the object runs past its frame)"))
 
 
 def _bad_length(length: int, max_frame: int) -> ProtocolError:
@@ -325,7 +405,19 @@ class Connection:
         self._our_closed = False
         self._peer_closed = False
         self._error: ProtocolError | None = None
-        self._buffer = bytearray()
+        # The bytes received and not yet returned as messages are in the stream decoder:
+        # the frame at stream offset `_frame_start` (its length, once its prefix is read,
+        # in `_length`) and whatever follows it, up to offset `_fed`.
+        self._payloads = msgpack.Unpacker(
+            raw=False,
+            strict_map_key=False,
+            read_size=_FEED_SIZE,
+            max_buffer_size=max_frame + 4 + _FEED_SIZE,
+        )
+        self._fed = 0
+        self._frame_start = 0
+        self._length = 0
+        self._buffer = bytearray()  # with `keep_frames`: those bytes again
         self._limits = limits
         self._limited: Limits | None = None  # the limits in force: a client peer, OPEN
         self._subscriptions: set[int] = set()  # a limited peer's subscriptions in force
@@ -384,20 +476,26 @@ class Connection:
         if self._error is not None:
             error = self._error
             raise ProtocolError(error.code, f"connection already failed: {error.message}")
-        buffer = self._buffer
-        buffer += data
         messages: list[Any] = []
+        begin = self._frame_start
         try:
-            consumed = self._parse_frames(buffer, messages)
+            if len(data) <= _FEED_SIZE:  # nearly always: one read of a socket
+                self._feed(data)
+                self._parse_frames(messages)
+            else:
+                for at in range(0, len(data), _FEED_SIZE):
+                    self._feed(data[at : at + _FEED_SIZE])
+                    self._parse_frames(messages)
         except ProtocolError as exc:
             self._fail(exc)
             raise
         if self._keep_frames:  # hand the buffer over rather than copy the frames out
+            buffer = self._buffer
+            buffer += data
+            consumed = self._frame_start - begin
             self._buffer = buffer[consumed:]  # at most part of one frame
             del buffer[consumed:]
             self.received_frames = buffer
-        else:
-            del buffer[:consumed]
         return messages
 
     def send(self, message: Message, frame: bytes | None = None) -> bytes:
@@ -425,25 +523,42 @@ class Connection:
             raise ValueError(f"send_encoded: {kind.__name__} changes the state; use send")
         return frame
 
-    def _parse_frames(self, buffer: bytearray, messages: list[Any]) -> int:
-        """Append the messages of all complete frames in ``buffer``; return the number of
-        bytes they took. Frames are read in place through a memoryview."""
+    def _feed(self, data: bytes | bytearray | memoryview) -> None:
+        self._payloads.feed(data)
+        self._fed += len(data)
+
+    def _parse_frames(self, messages: list[Any]) -> None:
+        """Append the messages of all complete frames fed so far."""
         max_frame = self._max_frame
         by_code = self._decoders
         receivable = self._receivable
         limited = self._limited
-        read_length = _LENGTH.unpack_from
-        end = len(buffer)
-        start = 0
-        with memoryview(buffer) as view:
-            while end - start >= 4:
-                (length,) = read_length(buffer, start)
-                if not 0 < length <= max_frame:
-                    raise _bad_length(length, max_frame)
+        payloads = self._payloads
+        read_prefix, unpack, position = payloads.read_bytes, payloads.unpack, payloads.tell
+        fed = self._fed
+        start, length = self._frame_start, self._length
+        try:
+            while True:
+                if not length:
+                    if fed - start < 4:
+                        break
+                    length = int.from_bytes(read_prefix(4), "big")
+                    if not 0 < length <= max_frame:
+                        raise _bad_length(length, max_frame)
                 stop = start + 4 + length
-                if stop > end:
+                if stop > fed:
                     break
-                kind, message = decode(view[start + 4 : stop], by_code)
+                try:
+                    obj = unpack()
+                except Exception as exc:  # msgpack's errors: ValueError subclasses, ...
+                    raise _not_msgpack(exc) from None
+                if position() != stop:
+                    raise _payload_end(position() - stop)
+                kind, message = message_of(obj, by_code)
+                if kind is Deliveries:
+                    self._receive_deliveries(message, messages)
+                    start, length = stop, 0
+                    continue
                 if kind not in receivable:
                     raise self._unexpected(kind, receiving=True)
                 if limited is not None and kind in _LIMITED:
@@ -452,8 +567,25 @@ class Connection:
                     self._on_received(message)
                     receivable, limited = self._receivable, self._limited
                 messages.append(message)
-                start = stop
-        return start
+                start, length = stop, 0
+        finally:
+            self._frame_start, self._length = start, length
+
+    def _receive_deliveries(self, elements: list[Any], messages: list[Any]) -> None:
+        """Append the Delivers of a `Deliveries` frame (its elements): each is checked
+        as a Deliver frame would be."""
+        if Deliver not in self._receivable:
+            raise self._unexpected(Deliver, receiving=True)
+        by_code = self._decoders
+        from_wire = by_code[Deliver.TYPE][2]
+        for wire in elements:
+            if type(wire) is list and len(wire) == 7 and wire[0] == Deliver.TYPE:
+                messages.append(from_wire(wire))
+            else:  # the words of a frame of its own, or those below
+                kind, _ = message_of(wire, by_code)
+                raise ProtocolError(
+                    ERR_MALFORMED, f"Deliveries carries only Delivers, got a {kind.__name__}"
+                )
 
     def _on_received(self, message: Message) -> None:
         if isinstance(message, Hello | Welcome):
@@ -506,8 +638,7 @@ class Connection:
     def _fail(self, error: ProtocolError) -> None:
         self._error = error
         self._state = State.ERROR
-        # A new buffer rather than clear(): a memoryview slice kept alive by the
-        # exception's traceback may still pin the old one.
+        self._payloads = msgpack.Unpacker()  # nothing more is read: let the bytes go
         self._buffer = bytearray()
         self._update_allowed()
 

@@ -96,6 +96,7 @@ from broker.protocol import (
     error_frame,
     forwarded_frame,
     frame_starts,
+    join_frames,
 )
 from broker.security import ERR_AUTH, BrokerSecurity, secret_matches
 from monitor.hop_trace import BLOCKED, DROPPED, EVENT_ROW, MARK, HopRecorder
@@ -405,6 +406,7 @@ class Broker:
             self.outgoing,
             counters,
             socket_fd(stream),
+            join_frames if kind == "client" else b"".join,  # Deliveries frames to clients
         )
         link = Link(link_id, kind, peer, stream, conn, queue, counters)
         self.links[link_id] = link

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from bench import tracing_overhead
+from broker.protocol import Deliver, Ping, encode_frame, frame_starts, join_frames
 
 
 def test_short_run_pairs_a_traced_and_an_untraced_broker() -> None:
@@ -24,3 +25,14 @@ def test_bootstrap_interval_of_the_median() -> None:
     assert low < float(np.median(values)) < high
     assert high - low == pytest.approx(0.025, abs=0.015)  # ~ 2 x 1.96 x 1.25 x 0.1 / 20
     assert tracing_overhead.bootstrap_median_interval([2.0] * 5) == (2.0, 2.0)
+
+
+@pytest.mark.parametrize("count", [1, 2, 15, 16, 300])
+def test_delivers_are_counted_in_joined_frames(count: int) -> None:
+    """The subscriber's count without decoding: a Deliveries frame counts its Delivers
+    (fixarray and array 16 heads), a Deliver or another frame counts one."""
+    frames = [encode_frame(Deliver([1], f"e{i}", "p", {"n": i}, [], i)) for i in range(count)]
+    data = join_frames([encode_frame(Ping(1)), *frames])
+    starts = frame_starts(data)
+    assert len(starts) == (2 if count > 1 else 1 + count)
+    assert sum(tracing_overhead.delivers_in(data, start) for start in starts) == 1 + count

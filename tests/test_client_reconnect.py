@@ -20,7 +20,7 @@ import trio
 import client
 from broker.local_network import free_base_port
 from broker.process import BrokerProcesses
-from broker.protocol import Connection, Hello, Welcome
+from broker.protocol import PROTOCOL_VERSION, Connection, Hello, Welcome
 from topologies.generators import chain, to_toml
 
 pytestmark = pytest.mark.integration
@@ -277,7 +277,7 @@ class SilentBroker:
                 return
             for message in conn.receive_data(data):
                 if isinstance(message, Hello):
-                    await stream.send_all(conn.send(Welcome(1, "silent")))
+                    await stream.send_all(conn.send(Welcome(PROTOCOL_VERSION, "silent")))
 
 
 def test_client_heartbeat_gives_up_a_silent_broker_and_reconnects() -> None:

@@ -16,6 +16,7 @@ import trio
 
 import client
 from broker.local_network import Network
+from broker.protocol import PROTOCOL_VERSION
 from routing import parse_filter
 
 pytestmark = pytest.mark.integration
@@ -230,7 +231,7 @@ def _frame(payload: bytes) -> bytes:
 
 
 def _hello(name: str) -> bytes:
-    return _frame(msgpack.packb([1, 1, "client", name, None]))
+    return _frame(msgpack.packb([1, PROTOCOL_VERSION, "client", name, None]))
 
 
 HOSTILE = [  # (say Hello first?, bytes)

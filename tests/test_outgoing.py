@@ -4,6 +4,7 @@ writes, backpressure, the writer's end, and reads that wait or not."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -12,6 +13,8 @@ import trio.testing
 
 from broker.netio import receive_some, socket_fd
 from broker.outgoing import Outgoing, OutQueue
+from broker.protocol import PROTOCOL_VERSION as V
+from broker.protocol import Connection, Deliver, Hello, Pong, Welcome, encode_frame, join_frames
 
 
 @dataclass
@@ -45,11 +48,12 @@ class Writer:
         local: trio.SocketStream,
         limit: int = 1000,
         plain: bool = False,
+        join: Callable[[list[bytes]], bytes] = b"".join,
     ):
         self.outgoing = Outgoing()
         self.counts = Counts()
         fd = None if plain else socket_fd(local)
-        self.queue = OutQueue(limit, 64, self.outgoing, self.counts, fd)
+        self.queue = OutQueue(limit, 64, self.outgoing, self.counts, fd, join)
         self.done = trio.Event()
         nursery.start_soon(self._run, local)
 
@@ -72,6 +76,36 @@ def test_frames_of_a_read_are_written_through_without_waking_the_writer() -> Non
             assert w.counts.messages_out == 10 and w.queue.queued == w.outgoing.frames == 0
             assert w.queue.writer_idle  # nobody woke it
             assert await _read_exactly(peer, 70) == b"".join(b"frame%d;" % i for i in range(10))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["written through", "by the writer"])
+def test_a_queue_to_a_client_joins_delivers(plain: bool) -> None:
+    """With ``join=join_frames`` (a broker's link to a client) a batch goes out as
+    join_frames makes it, Delivers joined, and is counted frame by frame."""
+    messages = [Deliver([1], f"e{i}", "p", {"n": i}, [], i) for i in range(100)]
+    messages.insert(50, Pong(7))
+    frames = [encode_frame(m) for m in messages]
+    expected = join_frames(frames[:64]) + join_frames(frames[64:])  # batches of 64
+
+    async def main() -> None:
+        local, peer = await _pair()
+        async with trio.open_nursery() as nursery:
+            w = Writer(nursery, local, plain=plain, join=join_frames)
+            await trio.testing.wait_all_tasks_blocked()
+            with w.outgoing.handling_read():
+                for frame in frames:
+                    assert w.queue.put_nowait(frame)
+            data = await _read_exactly(peer, len(expected))
+            assert data == expected and len(data) < len(b"".join(frames))
+            client, broker = Connection("initiator"), Connection("acceptor")
+            broker.receive_data(client.send(Hello(V, "client", "c")))
+            client.receive_data(broker.send(Welcome(V, "b")))
+            assert client.receive_data(data) == messages
+            await trio.testing.wait_all_tasks_blocked()
+            assert w.counts.messages_out == len(frames) and w.queue.queued == 0
             nursery.cancel_scope.cancel()
 
     trio.run(main)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from broker.protocol import (
     DEFAULT_MAX_FRAME,
+    DELIVERIES_PAYLOAD,
     DIRECTION_TABLE,
     ERR_FRAMING,
     ERR_MALFORMED,
@@ -22,6 +23,7 @@ from broker.protocol import (
     Bye,
     Connection,
     Deliver,
+    Deliveries,
     Error,
     Flush,
     FlushAck,
@@ -43,6 +45,8 @@ from broker.protocol import (
     encode_frame,
     encode_message,
     error_frame,
+    frame_starts,
+    join_frames,
 )
 
 V = PROTOCOL_VERSION
@@ -193,6 +197,54 @@ def test_many_frames_in_one_chunk_and_buffer_types() -> None:
     assert acceptor.receive_data(memoryview(stream[-3:])) == messages[-1:]
 
 
+BIG_BLOB = b"b" * 200_000  # a frame over the 64 KiB receive_data feeds msgpack at a time
+
+
+def big_stream() -> tuple[list[Message], list[bytes]]:
+    """Publish messages, three of them over 200 KB, and each one's frame."""
+    messages: list[Message] = [
+        Publish(f"e{i}", "p", {"blob": BIG_BLOB} if i % 40 == 7 else EVENT, [], i)
+        for i in range(120)
+    ]
+    return messages, [encode_frame(m) for m in messages]
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 4093, 65536, 100_003], ids=lambda c: f"chunk={c}")
+def test_reads_larger_and_smaller_than_the_feed_size(chunk: int | None) -> None:
+    """One receive_data of the whole stream (over 800 KB) or reads of any size give the
+    messages in order: the stream decoder is fed 64 KiB at a time."""
+    messages, frames = big_stream()
+    stream = b"".join(frames)
+    acceptor = open_pair("broker")[1]
+    step = chunk or len(stream)
+    got = [
+        m
+        for at in range(0, len(stream), step)
+        for m in acceptor.receive_data(stream[at : at + step])
+    ]
+    assert got == messages
+
+
+@pytest.mark.parametrize("chunk", [None, 7, 65536, 70_001], ids=lambda c: f"chunk={c}")
+def test_kept_frames_are_those_of_the_returned_messages(chunk: int | None) -> None:
+    """With keep_frames, `received_frames` after each read holds exactly the frames of
+    the messages that read returned, as received (a traced broker decodes them again)."""
+    messages, frames = big_stream()
+    stream = b"".join(frames)
+    acceptor = Connection("acceptor", keep_frames=True)
+    initiator = Connection("initiator")
+    acceptor.receive_data(initiator.send(Hello(V, "broker", "n1")))
+    acceptor.send(Welcome(V, "b1"))
+    step = chunk or len(stream)
+    returned = 0
+    for at in range(0, len(stream), step):
+        got = acceptor.receive_data(stream[at : at + step])
+        assert got == messages[returned : returned + len(got)]
+        assert bytes(acceptor.received_frames) == b"".join(frames[returned : returned + len(got)])
+        returned += len(got)
+    assert returned == len(messages)
+
+
 def test_send_reuses_a_preencoded_frame() -> None:
     event = Publish("e1", "p1", EVENT, ["b1"], 5)
     frame = encode_frame(event)
@@ -282,6 +334,9 @@ MALFORMED = [
     case("extra data", raw_frame(b"\x92\x05\x01\x01"), ERR_MALFORMED, "extra data"),
     case("bad utf-8", raw_frame(b"\x92\x03\xa2\xff\xfe"), ERR_MALFORMED, "can't decode"),
     case("list map key", raw_frame(b"\x81\x91\x01\x02"), ERR_MALFORMED, "unhashable"),
+    case("huge array", raw_frame(b"\xdd\xff\xff\xff\xff"), ERR_MALFORMED, "exceeds max_array_len"),
+    case("huge map", raw_frame(b"\xdf\xff\xff\xff\xff"), ERR_MALFORMED, "exceeds max_map_len"),
+    case("str past the frame", raw_frame(b"\x92\x05\xa5ab"), ERR_MALFORMED, "incomplete input"),
     case("map", framed({"type": 5}), ERR_MALFORMED, "non-empty array [type, fields...], got dict"),
     case("int", framed(5), ERR_MALFORMED, "got int"),
     case("empty array", framed([]), ERR_MALFORMED, "non-empty array"),
@@ -876,3 +931,107 @@ def test_build_deliver_does_not_make_a_deliver_receivable() -> None:
     sender.receive_data(acceptor.send(Welcome(V, "b1")))
     deliver = next(m for m in EXAMPLES if type(m) is Deliver)
     expect_error(acceptor, encode_frame(deliver), ERR_UNEXPECTED, "received Deliver")
+
+
+# --- Deliveries: a broker's frame of several Delivers to a client -------------------------
+
+TO_CLIENT = [m for m in EXAMPLES if ("broker", "client") in DIRECTION_TABLE[type(m)][1]]
+CONTROL_TO_CLIENT = [m for m in TO_CLIENT if type(m) is not Deliver and type(m) not in (Bye, Error)]
+
+
+@st.composite
+def to_client_streams(draw: st.DrawFn) -> list[Message]:
+    """What a broker queues for a client: Delivers, a few of them large, among control
+    messages."""
+    delivers = st.builds(
+        Deliver,
+        st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=3),
+        st.text(max_size=6),
+        st.just("p"),
+        st.one_of(
+            st.just(EVENT),
+            st.binary(min_size=1, max_size=40_000).map(lambda blob: {"blob": blob}),
+        ),
+        st.lists(st.text(max_size=3), max_size=3),
+        st.integers(0, 2**63 - 1),
+    )
+    return draw(
+        st.lists(st.one_of(delivers, delivers, st.sampled_from(CONTROL_TO_CLIENT)), max_size=60)
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(to_client_streams())
+def test_joined_frames_give_the_same_messages(messages: list[Message]) -> None:
+    """join_frames's bytes give the client the messages of the frames, in order; runs
+    of Delivers become Deliveries frames of at most DELIVERIES_PAYLOAD bytes (a larger
+    Deliver alone stays a frame of its own)."""
+    frames = [encode_frame(m) for m in messages]
+    data = join_frames(frames)
+    client, _ = open_pair()
+    assert client.receive_data(data) == messages
+    starts = [*frame_starts(data), len(data)]
+    for start, stop in zip(starts, starts[1:], strict=False):
+        payload = data[start + 4 : stop]
+        if payload[:2] == bytes((0x92, Deliveries.TYPE)):
+            assert len(payload) <= DELIVERIES_PAYLOAD
+        else:
+            assert data[start:stop] in frames
+    delivers = sum(type(m) is Deliver for m in messages)
+    assert len(starts) - 1 <= len(messages) - delivers + max(delivers, 1)
+
+
+def test_a_run_of_delivers_is_one_frame_and_others_keep_their_place() -> None:
+    delivers = [Deliver([i], f"e{i}", "p", EVENT, ["b1"], i) for i in range(3)]
+    messages = [*delivers[:2], SubAck(3), delivers[2], Pong(4)]
+    data = join_frames([encode_frame(m) for m in messages])
+    assert len(frame_starts(data)) == 4  # Deliveries of two, SubAck, Deliver, Pong
+    client, _ = open_pair()
+    assert client.receive_data(data) == messages
+    lone = encode_frame(delivers[0])
+    assert join_frames([lone]) is lone
+
+
+def test_deliveries_go_to_the_client_builder() -> None:
+    built: list[tuple[object, ...]] = []
+    client, _ = building_pair(built)
+    delivers = [Deliver([i], f"e{i}", "p", EVENT, [], i) for i in range(5)]
+    got = client.receive_data(join_frames([encode_frame(m) for m in delivers]))
+    assert got == built
+    assert built == [("built", *deliver_fields(m)) for m in delivers]
+
+
+DELIVER_WIRE = [Deliver.TYPE, [1], "e", "p", {}, [], 5]
+
+BAD_DELIVERIES = [
+    case("empty", [Deliveries.TYPE, []], "Deliveries carries an array of Delivers, got list"),
+    case("not an array", [Deliveries.TYPE, 5], "Deliveries carries an array of Delivers, got int"),
+    case("no elements", [Deliveries.TYPE], "Deliveries takes 1 field(s), got 0"),
+    case("a Ping", [Deliveries.TYPE, [DELIVER_WIRE, [Ping.TYPE, 1]]], "only Delivers, got a Ping"),
+    case(
+        "nested",
+        [Deliveries.TYPE, [[Deliveries.TYPE, [DELIVER_WIRE]]]],
+        "only Delivers, got a Deliveries",
+    ),
+    case("bad Deliver", [Deliveries.TYPE, [DELIVER_WIRE, pub(0, 21)]], "Deliver takes 6 field(s)"),
+    case(
+        "bad sub id",
+        [Deliveries.TYPE, [DELIVER_WIRE, [Deliver.TYPE, [1, "2"], "e", "p", {}, [], 5]]],
+        "Deliver.sub_ids[1]",
+    ),
+    case("not a list", [Deliveries.TYPE, [DELIVER_WIRE, "x"]], "got str"),
+]
+
+
+@pytest.mark.parametrize(("wire", "text"), BAD_DELIVERIES)
+def test_malformed_deliveries(wire: list[object], text: str) -> None:
+    client, _ = open_pair()
+    expect_error(client, framed(wire), ERR_MALFORMED, text)
+
+
+def test_deliveries_only_where_a_deliver_may_go() -> None:
+    frame = join_frames([encode_frame(Deliver([1], f"e{i}", "p", {}, [], i)) for i in range(2)])
+    expect_error(open_pair()[1], frame, ERR_UNEXPECTED, "received Deliver")  # to a broker
+    expect_error(
+        Connection("initiator"), frame, ERR_UNEXPECTED, "received Deliver"
+    )  # no Welcome yet

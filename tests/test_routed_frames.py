@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.protocol import (
+    PROTOCOL_VERSION,
     Bye,
     Connection,
     Deliver,
@@ -116,8 +117,8 @@ def test_send_encoded_checks_the_state_only() -> None:
     frame = deliver_frame(encode_frame(Publish("e", "p", {"n": 1}, [], 5)), [3])
     with pytest.raises(ProtocolError):  # no handshake yet
         broker.send_encoded(Deliver, frame)
-    broker.receive_data(Connection("initiator").send(Hello(1, "client", "c")))
-    broker.send(Welcome(1, "b"))
+    broker.receive_data(Connection("initiator").send(Hello(PROTOCOL_VERSION, "client", "c")))
+    broker.send(Welcome(PROTOCOL_VERSION, "b"))
     assert broker.send_encoded(Deliver, frame) is frame
     with pytest.raises(ValueError, match="changes the state"):
         broker.send_encoded(Bye, frame)
