@@ -1029,6 +1029,12 @@ def test_malformed_deliveries(wire: list[object], text: str) -> None:
     expect_error(client, framed(wire), ERR_MALFORMED, text)
 
 
+def test_a_deliveries_element_has_an_int_code() -> None:
+    """As in a frame of its own, 21.0 is not Deliver's type code."""
+    wire = [Deliveries.TYPE, [DELIVER_WIRE, [21.0, *DELIVER_WIRE[1:]]]]
+    expect_error(open_pair()[0], framed(wire), ERR_UNKNOWN_TYPE, "unknown message type 21.0")
+
+
 def test_deliveries_only_where_a_deliver_may_go() -> None:
     frame = join_frames([encode_frame(Deliver([1], f"e{i}", "p", {}, [], i)) for i in range(2)])
     expect_error(open_pair()[1], frame, ERR_UNEXPECTED, "received Deliver")  # to a broker
