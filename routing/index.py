@@ -134,6 +134,8 @@ class _Sorted:
         return bool(self.bounds)
 
     def collect(self, start: int, stop: int, event: Mapping[str, Any], out: set[Any]) -> None:
+        if start >= stop:  # nothing met: no slices, no zip (most events, most lists)
+            return
         for key, predicate in zip(self.keys[start:stop], self.predicates[start:stop], strict=True):
             if predicate is None or predicate(event):
                 out.add(key)
