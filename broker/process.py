@@ -22,11 +22,6 @@ from broker.security import ClientCredentials
 from broker.server import Broker, BrokerConfig
 from topologies import Topology
 
-BROKER_GC_THRESHOLD = 50_000
-"""The youngest generation's collection threshold in a broker process. Against the
-default, `python -m bench.fanout_cpu --subscribers 1` (broker-bound), 3 pairs
-alternating on 2026-11-25: 142.8 / 149.3 / 148.8k -> 150.4 / 151.6 / 151.2k events/s."""
-
 
 class StartupError(RuntimeError):
     """A broker could not start (for example, its port is taken)."""
@@ -42,11 +37,6 @@ def run_broker(topology: Topology, broker_id: int, config: BrokerConfig | None =
     # The start-up heap (trio, msgpack, pyarrow when tracing: ~10^5 objects) never
     # becomes garbage; freezing it keeps every full collection from walking it again.
     gc.freeze()
-    # A read of a few hundred events keeps their messages alive together until they are
-    # routed, so with the default threshold (700) the youngest generation was collected
-    # several times per read, each time walking objects that refcounting frees a moment
-    # later (and that are almost never in cycles).
-    gc.set_threshold(BROKER_GC_THRESHOLD, *gc.get_threshold()[1:])
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
