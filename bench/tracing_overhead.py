@@ -38,9 +38,9 @@ from bench.common import median, write_result
 from broker.local_network import free_base_port
 from broker.process import BrokerProcesses, unwind_on_sigterm
 from broker.protocol import (
+    DELIVERIES_HEAD,
     PROTOCOL_VERSION,
     Connection,
-    Deliveries,
     Hello,
     Publish,
     SubAck,
@@ -57,7 +57,6 @@ CHUNK = 256 * 1024
 READ_SIZE = 65536
 TIME_LIMIT_S = 120.0
 _LENGTH = struct.Struct(">I")
-DELIVERIES_HEAD = bytes((0x92, Deliveries.TYPE))  # a Deliveries payload: [24, [...]]
 
 
 async def _open(address: tuple[str, int], name: str) -> tuple[trio.SocketStream, Connection]:

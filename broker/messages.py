@@ -666,12 +666,13 @@ def deliver_head(sub_ids: list[int]) -> bytes:
     return DELIVER_HEAD + packed
 
 
-_DELIVERIES_HEAD = bytes((0x92, Deliveries.TYPE))
+DELIVERIES_HEAD = bytes((0x92, Deliveries.TYPE))
+"""The first two bytes of a `Deliveries` payload; its array header follows."""
 
 
 def deliveries_head(count: int) -> bytes:
     """What a `Deliveries` payload of ``count`` Delivers has before their payloads."""
-    return _DELIVERIES_HEAD + _packer.pack_array_header(count)
+    return DELIVERIES_HEAD + _packer.pack_array_header(count)
 
 
 def publish_summary(payload: bytes | bytearray | memoryview) -> tuple[str, str, Any, int]:
@@ -713,7 +714,7 @@ def not_msgpack(exc: Exception) -> ProtocolError:
     return ProtocolError(ERR_MALFORMED, f"payload is not valid msgpack: {detail}")
 
 
-def message_of(obj: Any, by_code: Decoders) -> tuple[type[Message], Any]:
+def message_of(obj: Any, by_code: Decoders) -> tuple[type, Any]:
     """The message type of a decoded payload ``obj`` and what ``by_code`` makes of it,
     validated (`decode` after msgpack); raises ProtocolError, and only ProtocolError."""
     if type(obj) is not list or not obj:

@@ -53,6 +53,7 @@ from broker.limits import ERR_LIMIT, Limits
 from broker.messages import (
     DECODERS,
     DELIVER_HEAD,
+    DELIVERIES_HEAD,
     ERR_FRAMING,
     ERR_MALFORMED,
     ERR_UNEXPECTED,
@@ -99,6 +100,7 @@ __all__ = [
     "B2C",
     "C2B",
     "DEFAULT_MAX_FRAME",
+    "DELIVERIES_HEAD",
     "DIRECTION_TABLE",
     "ERR_FRAMING",
     "ERR_LIMIT",
@@ -557,12 +559,12 @@ class Connection:
                 if position() != stop:
                     raise _payload_end(position() - stop)
                 kind, message = message_of(obj, by_code)
-                if kind is Deliveries:
+                if kind not in receivable:  # never a Deliveries: no test on the hot path
+                    if kind is not Deliveries:
+                        raise self._unexpected(kind, receiving=True)
                     self._receive_deliveries(message, messages)
                     start, length = stop, 0
                     continue
-                if kind not in receivable:
-                    raise self._unexpected(kind, receiving=True)
                 if limited is not None and kind in _LIMITED:
                     self._check_limits(limited, message, length)
                 if kind in _TRANSITIONS:
