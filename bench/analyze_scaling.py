@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from bench.common import write_result
 from broker.process import unwind_on_sigterm
-from monitor.schema import DELIVERIES, HOPS, PUBLICATIONS
+from broker.trace.schema import DELIVERIES, HOPS, PUBLICATIONS
 
 BROKERS = range(1, 16)
 LEAVES = list(range(8, 16))  # publisher k and subscribers 2k-1, 2k sit on leaf 7 + k

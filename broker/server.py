@@ -99,7 +99,7 @@ from broker.protocol import (
     join_frames,
 )
 from broker.security import ERR_AUTH, BrokerSecurity, secret_matches
-from monitor.hop_trace import BLOCKED, DROPPED, EVENT_ROW, MARK, HopRecorder
+from broker.trace.hop_trace import BLOCKED, DROPPED, EVENT_ROW, MARK, HopRecorder
 from routing import Filter
 from routing.router import (
     Action,
@@ -131,7 +131,7 @@ class BrokerConfig:
     batch_frames: int = 512
     reconnect_initial_s: float = 0.05
     reconnect_max_s: float = 2.0
-    trace_dir: Path | None = None  # record a `hops` row per event (monitor.schema)
+    trace_dir: Path | None = None  # record a `hops` row per event (broker.trace.schema)
     run_id: str = ""
     limits: Limits = field(default_factory=Limits)  # on what clients send
     security: BrokerSecurity = field(default_factory=BrokerSecurity)
@@ -171,7 +171,7 @@ class Link:
     queue: OutQueue
     counters: LinkCounters
     node: str = ""  # how traces name the peer: a broker id, or client:NAME
-    # Tracing (monitor.hop_trace) of the read being handled: its events' values, notes
+    # Tracing (broker.trace.hop_trace) of the read being handled: its events' values, notes
     # on what was not plain routing, and the CPU time spent on anything else than
     # routing (control messages, blocked sends).
     trace_rows: bytearray = field(default_factory=bytearray)
@@ -691,7 +691,7 @@ class Broker:
             # `out` and `frame` are still the loop's, i.e. the one send's (not unpacking
             # sends[0] again: ~0.04 us per event in bench.tracing_loop's harness), and
             # the row is extended, not `+=`'d (no attribute store);
-            # monitor.hop_trace.EVENT_FIELDS.
+            # broker.trace.hop_trace.EVENT_FIELDS.
             link.trace_rows.extend(
                 pack_row(t_start, out.trace_outcome, decision.filters_matched, len(frame))
             )

@@ -31,7 +31,7 @@ import client
 from broker.probe import clock_offset, fetch_stats
 from broker.process import BrokerProcesses
 from broker.security import ClientCredentials
-from monitor.schema import TRACE_VERSION
+from broker.trace.schema import TRACE_VERSION
 from monitor.traces import read_table
 from monitor.tracing import ClientRecorder, attributes_from_json
 from monitor.workload import EventGenerator

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from monitor.schema import SCHEMAS, TABLE_KEY, TRACE_VERSION, VERSION_KEY
+from broker.trace.schema import SCHEMAS, TABLE_KEY, TRACE_VERSION, VERSION_KEY
 
 
 class TraceError(ValueError):

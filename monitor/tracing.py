@@ -1,5 +1,5 @@
 """Trace writers of replay clients (publications, deliveries) and the file naming shared
-with the broker's recorder (`monitor.hop_trace`): one file per table and process under
+with the broker's recorder (`broker.trace.hop_trace`): one file per table and process under
 RUN_DIR/traces/."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from monitor.recorder import TraceWriter
-from monitor.schema import DELIVERIES, PUBLICATIONS
-from monitor.trace_files import trace_path
+from broker.trace.arrow_writer import TraceWriter
+from broker.trace.files import trace_path
+from broker.trace.schema import DELIVERIES, PUBLICATIONS
 
 
 def attributes_json(attributes: Mapping[str, Any]) -> str:

@@ -31,8 +31,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from broker.local_network import REPO
+from broker.trace.schema import DELIVERIES, HOPS, PUBLICATIONS
 from monitor.analysis import analyze, main
-from monitor.schema import DELIVERIES, HOPS, PUBLICATIONS
 from monitor.traces import TraceError, read_table
 from tests.test_replay import run_replay, small_study
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from broker.protocol import Ping, Publish, encode_frame
-from monitor.hop_trace import (
+from broker.trace.hop_trace import (
     BLOB_HEADER,
     BLOCKED,
     DROPPED,
@@ -24,8 +24,8 @@ from monitor.hop_trace import (
     HopRecorder,
     _write_all,
 )
-from monitor.hop_writer import Links, hop_batch
-from monitor.schema import HOPS
+from broker.trace.hop_writer import Links, hop_batch
+from broker.trace.schema import HOPS
 from monitor.traces import read_table
 
 
@@ -181,7 +181,7 @@ def test_writer_keeps_whole_blobs_of_a_cut_input(tmp_path: Path) -> None:
     rows = event(5, 1)
     blob = BLOB_HEADER.pack(len(meta), len(rows)) + meta + rows + frames
     done = subprocess.run(
-        [sys.executable, "-m", "monitor.hop_writer", str(path), "run", "1"],
+        [sys.executable, "-m", "broker.trace.hop_writer", str(path), "run", "1"],
         input=blob + blob[:-10],
         timeout=60,
         check=False,

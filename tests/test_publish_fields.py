@@ -1,4 +1,4 @@
-"""The trace writer's bulk reading of Publish frames (`monitor.publish_fields`) against
+"""The trace writer's bulk reading of Publish frames (`broker.publish_fields`) against
 decoding each frame with msgpack (`broker.messages.publish_summary`)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from broker.messages import Ping, Publish, publish_summary
 from broker.protocol import ProtocolError, encode_frame, frame_starts
-from monitor.hop_writer import own_fields
-from monitor.publish_fields import publish_fields
+from broker.publish_fields import publish_fields
+from broker.trace.hop_writer import own_fields
 
 texts = st.text(max_size=300)
 scalars = st.one_of(

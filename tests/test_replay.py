@@ -16,9 +16,9 @@ import trio
 
 import client
 from broker.local_network import REPO, Network, free_base_port
+from broker.trace.schema import HOPS
 from monitor.characterize import characterize
 from monitor.replay import publisher_name, subscriber_name
-from monitor.schema import HOPS
 from monitor.traces import TraceError, read_table
 from monitor.tracing import attributes_from_json
 from routing import parse_filter

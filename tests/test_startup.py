@@ -38,9 +38,9 @@ def test_the_trace_writer_writes_without_pandas(tmp_path: Path) -> None:
     out = _run(
         "import sys\n"
         "from pathlib import Path\n"
-        "from monitor.hop_writer import _without_pandas\n"
-        "from monitor.recorder import TraceWriter\n"
-        "from monitor.schema import HOPS\n"
+        "from broker.trace.hop_writer import _without_pandas\n"
+        "from broker.trace.arrow_writer import TraceWriter\n"
+        "from broker.trace.schema import HOPS\n"
         "_without_pandas()\n"
         f"writer = TraceWriter(Path({str(path)!r}), HOPS, {{'run_id': 'r', 'broker': '1'}})\n"
         "writer.close()\n"

@@ -24,8 +24,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.window import Window as Over
 
+from broker.trace.schema import SCHEMAS
 from monitor.analysis.window import Window
-from monitor.schema import SCHEMAS
 
 CLASS = ["event_type", "publisher"]
 ACCURACY = 100_000  # percentile_approx: exact up to 50,000 values per group

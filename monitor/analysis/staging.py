@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from monitor.schema import SCHEMAS
+from broker.trace.schema import SCHEMAS
 from monitor.traces import TraceError, read_file, trace_files
 
 TABLES = ("hops", "deliveries", "publications")

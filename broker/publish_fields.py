@@ -1,7 +1,7 @@
 """What a trace needs of many Publish frames at once (id, publisher, `type`, hops so
 far, size), read from their msgpack bytes with numpy: no Python object per event.
 
-The trace writer (`monitor.hop_writer`) gets each read's frames as the broker received
+The trace writer (`broker.trace.hop_writer`) gets each read's frames as the broker received
 them and must find these fields again. Decoding each frame with msgpack and picking the
 fields out in Python cost it ~2 us per event, more than a sixth of what the broker spends
 routing the event; on a 2-core host that CPU is taken from the traced broker and its

@@ -39,7 +39,7 @@ HOPS = pa.schema(
         ("t_done_ns", pa.int64()),  # the broker turned to its next message (sends queued)
         ("wait_ns", pa.int64()),  # t_start_ns - t_arrival_ns: queueing inside the broker
         # CPU time of the read the event came in (decoding and routing its events),
-        # shared among them by routing time: see monitor.hop_writer
+        # shared among them by routing time: see broker.trace.hop_writer
         ("cpu_ns", pa.int64()),
         ("batch", pa.int32()),  # messages decoded from the same read
         ("batch_index", pa.int32()),  # this event's position in that read

@@ -24,7 +24,7 @@ _NUMPY_TYPES = {pa.int64(): np.int64, pa.int32(): np.int32}
 
 
 class TraceWriter:
-    """Rows of one table (a schema of `monitor.schema`) to one IPC stream file."""
+    """Rows of one table (a schema of `broker.trace.schema`) to one IPC stream file."""
 
     def __init__(
         self,
@@ -50,7 +50,7 @@ class TraceWriter:
         self._sink = pa.OSFile(str(path), "wb")
         self._writer: pa.RecordBatchStreamWriter | None = pa.ipc.new_stream(self._sink, schema)
         # pyarrow initialises its conversions on first use (~0.5 s here, most of it
-        # importing pandas when it is installed and not refused as `monitor.hop_writer`
+        # importing pandas when it is installed and not refused as `broker.trace.hop_writer`
         # does): pay that now, not in the middle of a measurement.
         self._batch([])
         self._deadline = time.monotonic() + flush_interval_s

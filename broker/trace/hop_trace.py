@@ -1,5 +1,5 @@
 """The broker's `hops` recorder: a small cost per event in the broker, the rest in a
-writer process of its own (`monitor.hop_writer`).
+writer process of its own (`broker.trace.hop_writer`).
 
 Tracing must cost little (issue 4: at most 5 % of a broker's throughput, about 0.7 us
 per event here), and in CPython each value touched per event costs tens of nanoseconds. So
@@ -64,7 +64,7 @@ from typing import Any
 
 import structlog
 
-from monitor.trace_files import trace_path
+from broker.trace.files import trace_path
 
 log = structlog.get_logger("hop.trace")
 
@@ -110,7 +110,7 @@ notes), the events' rows, then the frames of each read one after the other."""
 
 class HopRecorder:
     """`hops` rows of one broker to RUN_DIR/traces/hops-brokerID-PID.arrow, written by a
-    `monitor.hop_writer` process."""
+    `broker.trace.hop_writer` process."""
 
     def __init__(
         self,
@@ -138,7 +138,7 @@ class HopRecorder:
         self._rows: list[bytes | bytearray] = []  # of each read: an EVENT_ROW per event
         self._row_bytes = 0
         self._writer = subprocess.Popen(
-            [sys.executable, "-m", "monitor.hop_writer", str(self.path), run_id, broker],
+            [sys.executable, "-m", "broker.trace.hop_writer", str(self.path), run_id, broker],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )

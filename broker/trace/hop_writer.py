@@ -1,17 +1,17 @@
-"""The writer process of a broker's `hops` trace (started by `monitor.hop_trace`).
+"""The writer process of a broker's `hops` trace (started by `broker.trace.hop_trace`).
 
-``python -m monitor.hop_writer PATH RUN_ID BROKER`` reads blobs from stdin until it
-ends (their layout: `monitor.hop_trace.BLOB_HEADER`) and writes each as one record
-batch of `monitor.schema.HOPS` to PATH, flushed at once. It ignores SIGINT and SIGTERM:
+``python -m broker.trace.hop_writer PATH RUN_ID BROKER`` reads blobs from stdin until it
+ends (their layout: `broker.trace.hop_trace.BLOB_HEADER`) and writes each as one record
+batch of `broker.trace.schema.HOPS` to PATH, flushed at once. It ignores SIGINT and SIGTERM:
 the broker's end (clean or not) ends its input, and it then closes the file.
 
 Each row is built from four sources:
 
-* the event's packed ints (`monitor.hop_trace.EVENT_FIELDS`), and its links' names
+* the event's packed ints (`broker.trace.hop_trace.EVENT_FIELDS`), and its links' names
   from its outcome code;
 * the event's own fields (`event_id`, `event_type`, `publisher`, `hops_before`,
   `bytes_in`), read again from its frame among the reads' frames: in bulk
-  (`monitor.publish_fields`), or one msgpack decoding per event when that cannot;
+  (`broker.publish_fields`), or one msgpack decoding per event when that cannot;
 * the per-read values, repeated over the read's events, and the read's notes: the
   events' positions (`batch_index`), when each was done (`t_done_ns`: the start of what
   the broker handled next), drops; `wait_ns` is the event's start minus the read's
@@ -43,7 +43,9 @@ import pyarrow as pa
 
 from broker.messages import publish_summary
 from broker.protocol import ProtocolError, frame_starts
-from monitor.hop_trace import (
+from broker.publish_fields import publish_fields
+from broker.trace.arrow_writer import TraceWriter
+from broker.trace.hop_trace import (
     BLOB_HEADER,
     BLOCKED,
     DROPPED,
@@ -53,9 +55,7 @@ from monitor.hop_trace import (
     WIDTH,
     WRITER_READY,
 )
-from monitor.publish_fields import publish_fields
-from monitor.recorder import TraceWriter
-from monitor.schema import HOPS
+from broker.trace.schema import HOPS
 
 
 class _NoPandas(importlib.abc.MetaPathFinder):
@@ -90,7 +90,7 @@ def _yield_cpu() -> None:
 
 
 class Blob(NamedTuple):
-    """What the broker shipped in one blob (`monitor.hop_trace.BLOB_HEADER`)."""
+    """What the broker shipped in one blob (`broker.trace.hop_trace.BLOB_HEADER`)."""
 
     names: dict[str, tuple[str, str]]
     outcomes: dict[int, tuple[str, ...]]
@@ -124,7 +124,7 @@ def hop_batch(
     run_id: str,
     broker: str,
 ) -> pa.RecordBatch:
-    """The `hops` rows of what a broker shipped in one blob (see `monitor.hop_trace`):
+    """The `hops` rows of what a broker shipped in one blob (see `broker.trace.hop_trace`):
     `reads` as shipped, `frames` those of all the reads."""
     table = np.frombuffer(rows, np.int64).reshape(-1, WIDTH)
     n = len(table)
@@ -267,7 +267,7 @@ class _PerRead:
 
 
 def own_fields(frames: bytes, count: int, events: Sequence[int]) -> dict[str, Any]:
-    """The columns each event's own frame gives (`monitor.publish_fields`): `frames`
+    """The columns each event's own frame gives (`broker.publish_fields`): `frames`
     holds `count` frames, the events' are those numbered `events`. Frames the bulk
     reading does not take are decoded one by one, which names the one that is not an
     event."""
