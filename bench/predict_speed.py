@@ -20,8 +20,9 @@ from typing import Any
 
 from bench.common import median, write_result
 from bench.rate_response import replay
-from broker.local_network import REPO, run_hop
+from broker.local_network import REPO
 from broker.process import unwind_on_sigterm
+from hop.command import run_hop
 
 LIMIT_S = 30.0  # issue 6
 OTHER_SCALE = 0.6  # the second run's rates, as `hop validate`'s default calibrations

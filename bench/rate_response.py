@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import median, write_result
-from broker.local_network import REPO, on_free_ports, run_hop
+from broker.local_network import REPO, on_free_ports
 from broker.process import unwind_on_sigterm
+from hop.command import run_hop
 from monitor.carry import total_rate
 from monitor.characterize import characterize
 from monitor.measured import window_figures

@@ -1,15 +1,11 @@
-"""Real broker networks on 127.0.0.1, cleaned up by PID, and this checkout's `hop`
-command: what the integration tests and the benchmarks start (neither imports the
-other's modules for it)."""
+"""Real broker networks on 127.0.0.1, cleaned up by PID: what the integration tests
+and the benchmarks start (neither imports the other's modules for it)."""
 
 from __future__ import annotations
 
 import dataclasses
 import random
 import socket
-import subprocess
-import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,17 +16,6 @@ from topologies import Topology, load_case_study, load_topology
 from topologies.generators import to_toml
 
 REPO = Path(__file__).resolve().parent.parent
-HOP = [sys.executable, "-m", "broker.cli"]
-"""The `hop` command of this checkout."""
-
-
-def run_hop(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    """Run `hop ARGS...` from the repository root; its output captured as text."""
-    return subprocess.run(
-        [*HOP, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False
-    )
-
-
 def on_free_ports(study_file: Path, out: Path) -> Path:
     """A copy of the case study `study_file` at `out`, its brokers moved to ports free
     on 127.0.0.1 now."""
@@ -113,17 +98,8 @@ class Network:
         return self
 
     def wait_linked(self, timeout: float = 20.0, brokers: list[int] | None = None) -> None:
-        """Wait until every broker's parent link is up."""
-        deadline = time.monotonic() + timeout
-        for broker_id in brokers or sorted(self.topology.brokers):
-            spec = self.topology.brokers[broker_id]
-            while spec.parent is not None:
-                stats = self.stats(broker_id)
-                if stats["parent_connected"]:
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"broker {broker_id} did not link to its parent")
-                time.sleep(0.05)
+        """Wait until every broker's links to its parent and children are up."""
+        self.procs.wait_linked(timeout, brokers)
 
     def restart(self, broker_id: int) -> None:
         """Start a broker again (after `kill`) and wait until it answers."""

@@ -133,6 +133,44 @@ class BrokerProcesses:
                 raise StartupError(f"brokers {sorted(waiting)} did not start in {timeout} s")
             time.sleep(0.05)
 
+    def wait_linked(self, timeout: float = 20.0, brokers: Sequence[int] | None = None) -> None:
+        """Wait until each of `brokers` (default: all) has its parent link and a link to
+        every child up, as both ends see it; StartupError naming a broker that does not.
+
+        A child counts its parent as linked once the Welcome arrived, and the parent
+        counts the child once it sent it: checking both ends is what makes an event
+        published after this returns reach every broker it is routed to.
+        """
+        deadline = time.monotonic() + timeout
+        for broker_id in brokers or sorted(self.topology.brokers):
+            spec = self.topology.brokers[broker_id]
+            children = len(self.topology.children(broker_id))
+            while True:
+                stats = self._stats(broker_id)
+                parent_ok = spec.parent is None or bool(stats.get("parent_connected"))
+                if parent_ok and stats.get("children_connected", 0) >= children:
+                    break
+                proc = self.procs.get(broker_id)
+                if proc is not None and proc.poll() is not None:
+                    raise StartupError(f"broker {broker_id} exited with code {proc.returncode}")
+                if time.monotonic() > deadline:
+                    raise StartupError(
+                        f"broker {broker_id} did not link to its parent and children "
+                        f"in {timeout} s"
+                    )
+                time.sleep(0.05)
+
+    def _stats(self, broker_id: int) -> dict:
+        """The broker's counters, or {} while it does not answer."""
+        host, port = self.topology.address(broker_id)
+        creds = self.credentials
+        try:
+            return fetch_stats(
+                host, port, timeout=2.0, secret=creds.secret, ssl_context=creds.ssl_context
+            )
+        except (OSError, ProtocolError):
+            return {}
+
     def _answers(self, broker_id: int, pid: int) -> bool:
         host, port = self.topology.address(broker_id)
         if not port_accepts(host, port):

@@ -50,6 +50,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from monitor.characterize import Characterization
+from monitor.errors import InputError
 
 FACTOR_LIMITS = (0.5, 2.0)
 """A stage's carried mean stays within these multiples of its mean at the nearest rate:
@@ -106,23 +107,23 @@ def rate_groups(runs: Sequence[Characterization]) -> list[list[Characterization]
 
 def _check(runs: Sequence[Characterization], target_rate: float) -> None:
     if not runs:
-        raise ValueError("no characterization runs given")
+        raise InputError("no characterization runs given")
     reference = runs[0]
     for run in runs:
         if total_rate(run) <= 0:
-            raise ValueError(f"{run.run_dir}: no events published; every run must have published")
+            raise InputError(f"{run.run_dir}: no events published; every run must have published")
         if not run.busy_cores > 0:
-            raise ValueError(
+            raise InputError(
                 f"{run.run_dir}: the manifest has no CPU figures of the run's processes "
                 "(phases.cpu_s, written by hop replay); carrying costs needs them"
             )
         if set(run.brokers) != set(reference.brokers):
-            raise ValueError(
+            raise InputError(
                 f"the runs traced different brokers: {reference.brokers} ({reference.run_dir}) "
                 f"and {run.brokers} ({run.run_dir})"
             )
     if target_rate <= 0:
-        raise ValueError(f"the target rate must be positive, not {target_rate}")
+        raise InputError(f"the target rate must be positive, not {target_rate}")
 
 
 def carried(runs: Sequence[Characterization], target_rate: float) -> Characterization:
@@ -135,7 +136,7 @@ def carried(runs: Sequence[Characterization], target_rate: float) -> Characteriz
     reference = runs[0]
     groups = rate_groups(runs)
     if len(groups) < 2:
-        raise ValueError(
+        raise InputError(
             f"the runs are all at about {total_rate(reference):.1f} events/s: carrying "
             "costs to another rate needs runs at two different rates"
         )

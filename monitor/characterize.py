@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from monitor.errors import InputError
 from monitor.traces import read_manifest, read_table
 from monitor.warmth import gaps_since, idle_gaps
 
@@ -124,7 +125,7 @@ def characterize(run_dir: Path) -> Characterization:
     dels = dels[dels["event_id"].isin(in_window)]
     pubs = pubs[pubs["event_id"].isin(in_window)]
     if hops.empty:
-        raise ValueError(f"{run_dir}: no events were published in the measurement window")
+        raise InputError(f"{run_dir}: no events were published in the measurement window")
 
     hops = hops.assign(fanout=hops["to_nodes"].map(len) + hops["delivered_to"].map(len))
     brokers = sorted(hops["broker"].unique(), key=int)

@@ -28,13 +28,13 @@ import pyarrow.parquet as pq
 
 from monitor.carry import carried
 from monitor.characterize import Characterization, characterize
+from monitor.errors import InputError
 from monitor.measured import in_window
 from monitor.model.network import EventClass, Host, Network, Station, Tree
 from monitor.model.operational import analyze as operational
 from monitor.model.simulation import simulate
-from monitor.replay import publisher_name
 from monitor.warmth import matched
-from topologies import load_case_study
+from topologies import load_case_study, publisher_name
 
 METHODS = ("mm1", "mm1-ps", "sim")
 PREDICTIONS = pa.schema(
@@ -89,7 +89,7 @@ def target_workload(
     arrivals = {publisher_name(p.id): p.arrival for p in study.publishers.values()}
     if measured_rates:
         if study_file is not None or scenario is not None:
-            raise ValueError("measured rates are the run's own: give no case study or scenario")
+            raise InputError("measured rates are the run's own: give no case study or scenario")
         rates = {p: r * rate_scale for p, r in char.rates.items()}
         return Target(rates, arrivals, same_as_run=rate_scale == 1.0)
     if study_file is None and scenario is None and rate_scale == 1.0:
@@ -258,7 +258,7 @@ def predict(
     """
     unknown = set(methods) - set(METHODS)
     if unknown:
-        raise ValueError(f"unknown methods {sorted(unknown)}; use {METHODS}")
+        raise InputError(f"unknown methods {sorted(unknown)}; use {METHODS}")
     char = characterize(run_dir)
     target = target_workload(char, study_file, scenario, rate_scale, measured_rates)
     summary: dict[str, Any] = {"target_rates": target.rates, "methods": {}}

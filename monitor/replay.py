@@ -28,15 +28,16 @@ import trio
 from tqdm import tqdm
 
 import client
-from broker.probe import clock_offset, fetch_stats
+from broker.probe import clock_offset
 from broker.process import BrokerProcesses
 from broker.security import ClientCredentials
 from broker.trace.schema import TRACE_VERSION
+from monitor.errors import InputError
 from monitor.traces import read_table
 from monitor.tracing import ClientRecorder, attributes_from_json
 from monitor.workload import EventGenerator
 from routing import parse_filter
-from topologies import CaseStudy, load_case_study
+from topologies import CaseStudy, load_case_study, publisher_name, subscriber_name
 from topologies.model import Workload
 
 
@@ -79,14 +80,6 @@ class ReplayResult:
     estimate came from (rtt_ns); see `broker.probe.clock_offset`."""
 
 
-def subscriber_name(subscriber_id: int) -> str:
-    return f"sub{subscriber_id}"
-
-
-def publisher_name(publisher_id: int) -> str:
-    return f"pub{publisher_id}"
-
-
 def replay(
     study_file: Path,
     run_dir: Path,
@@ -107,11 +100,11 @@ def replay(
     if warmup_s is not None:
         workload = replace(workload, warmup_s=warmup_s)
     if rate_scale <= 0:
-        raise ReplayError(f"rate scale must be positive, got {rate_scale}")
+        raise InputError(f"rate scale must be positive, got {rate_scale}")
     rates = {p: r * rate_scale for p, r in study.rates_for(scenario).items()}
     traces = run_dir / "traces"
     if traces.exists() and any(traces.iterdir()):
-        raise ReplayError(f"{run_dir} already holds traces; choose an empty --out folder")
+        raise InputError(f"{run_dir} already holds traces; choose an empty --out folder")
     traces.mkdir(parents=True, exist_ok=True)
     copy = run_dir / "case_study.toml"
     shutil.copyfile(study_file, copy)
@@ -125,7 +118,7 @@ def replay(
         # Each broker waits for its trace writer (pyarrow imported and warmed up, ~0.3 s of
         # CPU besides the broker's own start): allow for 15 on 2 cores, and a busy host.
         procs.wait_listening(timeout=30.0 + 3.0 * len(study.topology.brokers))
-        _wait_linked(study, creds)
+        procs.wait_linked()
         offsets = clock_offsets(study, creds)
         pids = {str(b): p.pid for b, p in procs.procs.items()}
         phases = trio.run(_drive, study, workload, rates, traces, run_id, quiet, pids, creds)
@@ -138,19 +131,6 @@ def replay(
     if failed:
         raise ReplayError(f"brokers exited with errors: {failed} (see {run_dir / 'logs'})")
     return result
-
-
-def _wait_linked(study: CaseStudy, creds: ClientCredentials, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    for broker_id, spec in study.topology.brokers.items():
-        while spec.parent is not None:
-            host, port = study.topology.address(broker_id)
-            stats = fetch_stats(host, port, secret=creds.secret, ssl_context=creds.ssl_context)
-            if stats["parent_connected"]:
-                break
-            if time.monotonic() > deadline:
-                raise ReplayError(f"broker {broker_id} did not link to its parent")
-            time.sleep(0.05)
 
 
 def clock_offsets(study: CaseStudy, creds: ClientCredentials) -> dict[str, dict[str, int]]:

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from monitor.errors import InputError
 from monitor.traces import read_table
 
 THESIS = {  # worst relative errors of the thesis' Tables 6.1/6.2 (reference/README.md)
@@ -34,7 +35,7 @@ THESIS = {  # worst relative errors of the thesis' Tables 6.1/6.2 (reference/REA
 TABLES = ("routing_probabilities", "visit_ratios", "paths", "trees", "brokers", "latency")
 
 
-class ReportError(ValueError):
+class ReportError(InputError):
     """The folder cannot be reported on (no manifest, no analysis)."""
 
 

@@ -15,9 +15,10 @@ from typing import Any
 import pyarrow as pa
 
 from broker.trace.schema import SCHEMAS, TABLE_KEY, TRACE_VERSION, VERSION_KEY
+from monitor.errors import InputError
 
 
-class TraceError(ValueError):
+class TraceError(InputError):
     """The traces of a run cannot be used (missing, or of another schema version)."""
 
 

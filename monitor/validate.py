@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from monitor.errors import InputError
 from topologies import Workload, load_case_study
 
 QUICK = {"duration_s": 10.0, "warmup_s": 2.0}
@@ -54,8 +55,8 @@ def validate(
     master: str | None = None,
     quiet: bool = False,
 ) -> ValidationResult:
-    # Imported here, as the analysis is: `hop` reads CALIBRATION_FRACTIONS for every
-    # subcommand, and a broker process has no use for pyarrow and pandas.
+    # Imported here: `hop` reads CALIBRATION_FRACTIONS for its help text, and the
+    # other commands have no use for Spark, pyarrow and pandas.
     from monitor.analysis import analyze
     from monitor.predict import predict
     from monitor.replay import replay
@@ -63,14 +64,14 @@ def validate(
     from monitor.spark import spark_session
 
     if not calibration_fractions or not all(0 < f <= 1 for f in calibration_fractions):
-        raise ValueError(
+        raise InputError(
             f"calibration fractions must be in (0, 1], got {list(calibration_fractions)}"
         )
     if calibration_repeats < 1:
-        raise ValueError(f"calibration repeats must be at least 1, got {calibration_repeats}")
+        raise InputError(f"calibration repeats must be at least 1, got {calibration_repeats}")
     carry = len(set(calibration_fractions)) > 1
     if calibration_repeats > 1 and not carry:
-        raise ValueError("repeated calibrations are pooled across two or more fractions: give two")
+        raise InputError("repeated calibrations are pooled across two or more fractions: give two")
     started = time.monotonic()
     durations = dict(QUICK) if quick else {}
     if duration_s is not None:

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.cli import _attributes, _value
-from broker.local_network import HOP, REPO, Network, run_hop
+from broker.local_network import REPO, Network
 from broker.probe import fetch_stats
+from client.cli import attributes as _attributes
+from client.cli import value as _value
+from hop.command import HOP, run_hop
 
 
 def test_bad_topology_file_exits_2_naming_file_and_field(tmp_path: Path) -> None:

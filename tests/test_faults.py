@@ -14,7 +14,6 @@ import pytest
 import trio
 
 import client
-from broker.cli import main as hop_main
 from broker.local_network import REPO, Network, free_base_port
 from broker.protocol import (
     PROTOCOL_VERSION,
@@ -29,6 +28,7 @@ from broker.protocol import (
     Welcome,
 )
 from broker.server import BrokerConfig
+from hop.cli import main as hop_main
 from monitor.traces import read_table
 from routing import parse_filter
 from topologies.generators import chain

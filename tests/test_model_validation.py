@@ -37,7 +37,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from broker.local_network import REPO, on_free_ports, run_hop
+from broker.local_network import REPO, on_free_ports
+from hop.command import run_hop
 from monitor.carry import carried, total_rate
 from monitor.characterize import Characterization, characterize
 from monitor.measured import window_figures

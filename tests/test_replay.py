@@ -49,7 +49,7 @@ def small_study(tmp_path: Path, routing: str) -> tuple[Path, CaseStudy]:
 
 def run_replay(path: Path, out: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "broker.cli", "replay", str(path), "--out", str(out), "--quiet"],
+        [sys.executable, "-m", "hop", "replay", str(path), "--out", str(out), "--quiet"],
         capture_output=True,
         text=True,
         timeout=120,

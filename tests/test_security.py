@@ -15,7 +15,6 @@ import pytest
 import trio
 
 import client
-from broker.cli import main
 from broker.local_network import REPO, Network, free_base_port
 from broker.probe import clock_offset, fetch_stats
 from broker.process import BrokerProcesses
@@ -27,6 +26,7 @@ from broker.security import (
     ClientCredentials,
     secret_matches,
 )
+from hop.cli import main
 from topologies import Security, TlsFiles, Topology, TopologyError, load_topology
 from topologies.generators import chain, kary_tree, to_toml
 
@@ -191,7 +191,7 @@ def test_clients_need_the_network_secret(
 @pytest.mark.integration
 def test_hop_client_commands_take_a_secret_file(auth_net: Network, secret_file: Path) -> None:
     address = "{}:{}".format(*auth_net.address(1))
-    command = [sys.executable, "-m", "broker.cli", "stats", address]
+    command = [sys.executable, "-m", "hop", "stats", address]
     ok = subprocess.run(
         [*command, "--secret-file", str(secret_file)],
         capture_output=True, text=True, timeout=60, cwd=REPO, check=False,

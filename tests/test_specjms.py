@@ -448,7 +448,7 @@ def test_replay_base5_delivers_exactly_the_matching_set(tmp_path: Path, study: C
     path.write_text(to_toml(moved))
     moved = load_case_study(path)
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "broker.cli", "replay", str(path), "--out", str(out)]
+    cmd = [sys.executable, "-m", "hop", "replay", str(path), "--out", str(out)]
     result = subprocess.run(
         [*cmd, "--scenario", "base5", "--quiet"],
         capture_output=True,

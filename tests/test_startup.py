@@ -23,11 +23,20 @@ def _run(code: str) -> str:
 
 
 def test_a_broker_process_loads_no_dataframe_or_arrow_library() -> None:
-    """`hop broker` imports broker.cli; the Arrow work of a traced broker is its
-    writer's, and replay, analysis and report load theirs when they run."""
+    """A broker starts as `python -m broker.cli broker`; the Arrow work of a traced
+    broker is its writer's, and replay, analysis and report load theirs when they run."""
     loaded = _run(
         "import sys, broker.cli, broker.server\n"
         "print(sorted(m for m in ('numpy', 'pandas', 'pyarrow', 'pyspark') if m in sys.modules))"
+    )
+    assert loaded == "[]"
+
+
+def test_a_broker_process_loads_neither_the_client_library_nor_the_monitor() -> None:
+    loaded = _run(
+        "import sys, broker.cli, broker.server\n"
+        "top = {m.split('.')[0] for m in sys.modules}\n"
+        "print(sorted(top & {'client', 'monitor', 'hop', 'tqdm'}))"
     )
     assert loaded == "[]"
 

@@ -83,7 +83,7 @@ def test_a_plaintext_client_fails_cleanly_and_the_broker_keeps_serving(
 def test_hop_stats_over_tls(tls_net: Network, certs: Path) -> None:
     address = "{}:{}".format(*tls_net.address(1))
     done = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "stats", address, "--ca", str(certs / "ca.pem")],
+        [sys.executable, "-m", "hop", "stats", address, "--ca", str(certs / "ca.pem")],
         capture_output=True, text=True, timeout=60, cwd=REPO, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

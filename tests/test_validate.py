@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from broker.local_network import run_hop
+from hop.command import run_hop
 from tests.test_replay import small_study
 
 pytestmark = pytest.mark.integration
@@ -27,7 +27,7 @@ def validated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     study, _ = small_study(tmp, "hierarchical")
     out = tmp / "run"
     result = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "validate", str(study), "--out", str(out),
+        [sys.executable, "-m", "hop", "validate", str(study), "--out", str(out),
          "--quick", "--duration", "4", "--load-scale", "2", "--quiet"],
         capture_output=True, text=True, timeout=600, check=False,
         cwd=Path(__file__).resolve().parent.parent,

@@ -21,6 +21,8 @@ from topologies.model import (
     Topology,
     TopologyError,
     Workload,
+    publisher_name,
+    subscriber_name,
 )
 
 SHIPPED = ("siena15", "tree7", "chain5", "specjms_vertical")
@@ -51,6 +53,8 @@ __all__ = [
     "kary_tree",
     "load_case_study",
     "load_topology",
+    "publisher_name",
     "shipped_path",
+    "subscriber_name",
     "to_toml",
 ]

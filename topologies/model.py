@@ -171,6 +171,16 @@ class PublisherSpec:
     (`monitor.workload` documents those events)."""
 
 
+def publisher_name(publisher_id: int) -> str:
+    """The client name of a case study's publisher: in traces and reports."""
+    return f"pub{publisher_id}"
+
+
+def subscriber_name(subscriber_id: int) -> str:
+    """The client name of a case study's subscriber: in traces and reports."""
+    return f"sub{subscriber_id}"
+
+
 @dataclass(frozen=True)
 class SubscriberSpec:
     id: int

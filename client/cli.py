@@ -1,0 +1,209 @@
+"""The client layer's part of the `hop` command line: `hop sub`, `hop pub`, `hop stats`,
+manual clients for trying a network by hand."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import ssl
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+import client
+from broker.cli import EXIT_OK, BadInput, Layer, add_secret_option, secret_file
+from broker.security import (
+    SECRET_ENV,
+    SECRET_FILE_ENV,
+    ClientCredentials,
+    client_ssl_context,
+    read_secret,
+    secret_from_env,
+)
+from client.aio import ClientError
+from routing import FilterSyntaxError, parse_filter, validate_event
+from topologies import TopologyError
+
+
+def address(text: str) -> tuple[str, int]:
+    """HOST:PORT, or BadInput."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadInput(f"expected HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+def value(text: str) -> Any:
+    """A command-line attribute value: int, float, true/false, else a string.
+
+    Quote a value to force a string: `code='"7"'`.
+    """
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return text[1:-1]
+    if text in ("true", "false"):
+        return text == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def attributes(pairs: list[str]) -> dict[str, Any]:
+    """name=value pairs as an event's attributes, or BadInput."""
+    out = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name:
+            raise BadInput(f"expected name=value, got {pair!r}")
+        out[name] = value(text)
+    try:
+        validate_event(out)
+    except (TypeError, ValueError) as exc:
+        raise BadInput(str(exc)) from None
+    return out
+
+
+def credentials(args: argparse.Namespace) -> ClientCredentials:
+    """A client command's secret (--secret-file, else the environment) and TLS context."""
+    path = secret_file(args)
+    secret = read_secret(path) if path else secret_from_env()
+    context: ssl.SSLContext | None = None
+    if args.ca:
+        try:
+            cert = Path(args.cert) if args.cert else None
+            key = Path(args.key) if args.key else None
+            context = client_ssl_context(Path(args.ca), cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise BadInput(f"--ca/--cert/--key: {exc}") from None
+    elif args.cert or args.key:
+        raise BadInput("--cert and --key need --ca (TLS)")
+    return ClientCredentials(secret, context)
+
+
+def cmd_sub(args: argparse.Namespace) -> int:
+    filters = [parse_filter(text) for text in args.filters]
+    host, port = address(args.address)
+    creds = credentials(args)
+    with contextlib.suppress(KeyboardInterrupt):
+        trio.run(_subscribe_and_print, host, port, args.name, filters, args.count, creds)
+    return EXIT_OK
+
+
+async def _subscribe_and_print(
+    host: str,
+    port: int,
+    name: str,
+    filters: list[Any],
+    count: int | None,
+    creds: ClientCredentials,
+) -> None:
+    """Several filters are a disjunction: print each event once, whichever matched."""
+    async with client.open_client(
+        host, port, name=name, secret=creds.secret, ssl_context=creds.ssl_context
+    ) as c:
+        subs = [await c.subscribe(f) for f in filters]
+        print(f"subscribed to {len(subs)} filter(s) at {host}:{port}", file=sys.stderr, flush=True)
+        send, receive = trio.open_memory_channel[Any](0)
+        async with trio.open_nursery() as nursery:
+            for sub in subs:
+                nursery.start_soon(_pump, sub, send.clone())
+            seen: set[str] = set()
+            printed = 0
+            async for delivery in receive:
+                if delivery.event_id in seen:
+                    continue
+                seen.add(delivery.event_id)
+                print(json.dumps(_printable(delivery.attributes), sort_keys=True), flush=True)
+                printed += 1
+                if count is not None and printed >= count:
+                    nursery.cancel_scope.cancel()
+
+
+async def _pump(sub: Any, send: trio.MemorySendChannel[Any]) -> None:
+    async with send:
+        while True:
+            await send.send(await sub.next_delivery())
+
+
+def _printable(attributes: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.hex() if isinstance(v, bytes) else v) for k, v in attributes.items()}
+
+
+def cmd_pub(args: argparse.Namespace) -> int:
+    event = attributes(args.attributes)
+    host, port = address(args.address)
+    creds = credentials(args)
+    with client.Client.connect(
+        host, port, name=args.name, secret=creds.secret, ssl_context=creds.ssl_context
+    ) as c:
+        for i in range(args.count):
+            c.publish(event)
+            if args.rate and i + 1 < args.count:
+                time.sleep(1.0 / args.rate)
+        c.flush()
+    print(f"published {args.count} event(s) to {host}:{port}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    host, port = address(args.address)
+    creds = credentials(args)
+    with client.Client.connect(
+        host, port, name=args.name, secret=creds.secret, ssl_context=creds.ssl_context
+    ) as c:
+        print(json.dumps(c.stats(), indent=2, sort_keys=True))
+    return EXIT_OK
+
+
+def add_client_options(p: argparse.ArgumentParser) -> None:
+    """Authentication and TLS of the manual clients."""
+    add_secret_option(
+        p, f"a file holding the secret to present (default: ${SECRET_ENV} or ${SECRET_FILE_ENV})"
+    )
+    p.add_argument("--ca", help="connect with TLS, trusting this CA certificate (PEM)")
+    p.add_argument("--cert", help="client certificate (PEM) to present with --ca")
+    p.add_argument("--key", help="key of --cert (PEM)")
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, parents=[common])
+
+    p = command("sub", "subscribe and print events as JSON lines")
+    p.add_argument("address", help="HOST:PORT of a broker")
+    p.add_argument("filters", nargs="+", help='filters, e.g. "family = 7 and price < 120.5"')
+    p.add_argument("--name", default=f"hop-sub-{os.getpid()}", help="client name (default: unique)")
+    p.add_argument("--count", type=int, help="exit after this many events")
+    add_client_options(p)
+    p.set_defaults(func=cmd_sub)
+
+    p = command("pub", "publish an event given as name=value pairs")
+    p.add_argument("address", help="HOST:PORT of a broker")
+    p.add_argument("attributes", nargs="+", help="name=value (int, float, true/false, text)")
+    p.add_argument("--name", default=f"hop-pub-{os.getpid()}", help="client name (default: unique)")
+    p.add_argument("--count", type=int, default=1)
+    p.add_argument("--rate", type=float, help="events per second (default: as fast as possible)")
+    add_client_options(p)
+    p.set_defaults(func=cmd_pub)
+
+    p = command("stats", "print a broker's counters as JSON")
+    p.add_argument("address", help="HOST:PORT of a broker")
+    p.add_argument(
+        "--name", default=f"hop-stats-{os.getpid()}", help="client name (default: unique)"
+    )
+    add_client_options(p)
+    p.set_defaults(func=cmd_stats)
+
+
+LAYER = Layer(
+    register,
+    bad_input=(BadInput, TopologyError, FilterSyntaxError),
+    failures=(ConnectionError, OSError, TimeoutError, ClientError),
+)

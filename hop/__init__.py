@@ -1,0 +1,1 @@
+"""The composed `hop` command line: the commands of every layer under one name."""

@@ -1,0 +1,7 @@
+"""`python -m hop ...` is `hop ...`."""
+
+import sys
+
+from hop.cli import main
+
+sys.exit(main())

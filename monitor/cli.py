@@ -1,0 +1,192 @@
+"""The monitor layer's part of the `hop` command line: `hop replay`, `analyze`,
+`predict`, `report` and `validate`.
+
+The heavy imports (Spark, pandas, the model) happen inside each command, so that
+`hop --help` and the commands of the other layers stay quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from broker.cli import EXIT_FAILURE, EXIT_OK, BadInput, Layer
+from broker.process import StartupError, unwind_on_sigterm
+from monitor.errors import InputError
+from monitor.replay import ReplayError
+from monitor.validate import CALIBRATION_FRACTIONS
+from routing import FilterSyntaxError
+from topologies import TopologyError
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from monitor.replay import replay
+
+    unwind_on_sigterm()  # so the brokers this command started are stopped
+    result = replay(
+        Path(args.file),
+        Path(args.out),
+        scenario=args.scenario,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+        quiet=args.quiet,
+        rate_scale=args.rate_scale,
+    )
+    c = result.counts
+    print(
+        f"{result.run_id}: published {c.published}, delivered {c.delivered} "
+        f"of {c.expected_deliveries} expected, lost {c.lost}, unexpected {c.unexpected}"
+    )
+    print(f"traces and manifest in {result.run_dir}")
+    if c.lost or c.unexpected:
+        for example in c.lost_examples:
+            print(f"  lost: {example}", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from monitor.analysis import analyze
+
+    summary = analyze(Path(args.run_dir), master=args.master, window=args.window)
+    print(json.dumps(summary, indent=2, default=str))
+    return EXIT_OK
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from monitor.predict import METHODS, predict
+
+    methods = METHODS if args.method == "all" else (args.method,)
+    workload = Path(args.workload) if args.workload else None
+    summary = predict(
+        Path(args.run_dir),
+        workload,
+        args.scenario,
+        args.rate_scale,
+        methods,
+        measured_rates=args.measured_rates,
+        warm=not args.as_measured,
+        other_runs=[Path(run) for run in args.other_runs],
+    )
+    print(json.dumps(summary, indent=2, default=str))
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from monitor.report import render
+
+    html_path, md_path, sentence = render(Path(args.run_dir))
+    print(sentence)
+    print(f"{html_path}\n{md_path}")
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from monitor.validate import validate
+
+    unwind_on_sigterm()  # so the brokers this command started are stopped
+    result = validate(
+        Path(args.file),
+        Path(args.out),
+        scenario=args.scenario,
+        duration_s=args.duration,
+        quick=args.quick,
+        load_scale=args.load_scale,
+        calibration_fractions=args.calibration_fractions,
+        calibration_repeats=args.calibration_repeats,
+        master=args.master,
+        quiet=args.quiet,
+    )
+    print(result.summary)
+    print(f"report: {result.report_html} ({result.seconds:.0f} s)")
+    return EXIT_OK
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, parents=[common])
+
+    p = command("replay", "run a case study's workload and record traces into RUN_DIR")
+    p.add_argument("file", help="a case-study file (topology + workload)")
+    p.add_argument("--out", required=True, help="RUN_DIR (must not hold traces yet)")
+    p.add_argument("--scenario", help="a [[scenarios]] name of the file")
+    p.add_argument("--duration", type=float, help="measurement seconds (default: the file's)")
+    p.add_argument("--warmup", type=float, help="warm-up seconds (default: the file's)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--rate-scale", type=float, default=1.0, help="multiply every rate")
+    p.set_defaults(func=cmd_replay)
+
+    p = command("analyze", "Spark jobs over RUN_DIR's traces -> RUN_DIR/analysis/")
+    p.add_argument("run_dir")
+    p.add_argument("--master", help="Spark master URL (default: local[*])")
+    p.add_argument("--window", choices=["measure", "all"], default="measure")
+    p.set_defaults(func=cmd_analyze)
+
+    p = command("predict", "model predictions for RUN_DIR -> RUN_DIR/analysis/")
+    p.add_argument("run_dir")
+    p.add_argument("--workload", help="case-study file with the target rates")
+    p.add_argument("--scenario", help="scenario of the workload file")
+    p.add_argument("--rate-scale", type=float, default=1.0, help="multiply every target rate")
+    p.add_argument("--method", choices=["mm1", "mm1-ps", "sim", "all"], default="all")
+    p.add_argument(
+        "--measured-rates",
+        action="store_true",
+        help="start from the rates the run's publishers reached, not the nominal ones",
+    )
+    p.add_argument(
+        "--as-measured",
+        action="store_true",
+        help="use service times and delays as measured, not reweighted for the target rates",
+    )
+    p.add_argument(
+        "--other-runs",
+        nargs="+",
+        default=[],
+        metavar="RUN_DIR2",
+        help="runs of the same workload, at least one at another rate: each stage's cost "
+        "is carried to the target along its line in the host's busy share through the "
+        "runs, and runs at one rate are pooled (monitor.carry)",
+    )
+    p.set_defaults(func=cmd_predict)
+
+    p = command("report", "RUN_DIR/report.html and report.md")
+    p.add_argument("run_dir")
+    p.set_defaults(func=cmd_report)
+
+    p = command("validate", "replay + analyze + predict + report")
+    p.add_argument("file", help="a case-study file")
+    p.add_argument("--out", required=True, help="RUN_DIR")
+    p.add_argument("--scenario")
+    p.add_argument("--duration", type=float, help="measured seconds of each replay")
+    p.add_argument("--quick", action="store_true", help="short phases (a smoke run)")
+    p.add_argument("--load-scale", type=float, default=1.0, help="multiply the target rates")
+    p.add_argument(
+        "--calibration-fractions",
+        type=float,
+        nargs="+",
+        default=list(CALIBRATION_FRACTIONS),
+        metavar="F",
+        help="calibration loads as fractions of the target, one replay each (default "
+        f"{' '.join(f'{f:g}' for f in CALIBRATION_FRACTIONS)}); with two or more, each cost "
+        "is carried to the target along its line in the host's busy share (monitor.carry)",
+    )
+    p.add_argument(
+        "--calibration-repeats",
+        type=int,
+        default=1,
+        metavar="N",
+        help="replays at each calibration fraction, pooled (default 1)",
+    )
+    p.add_argument("--master", help="Spark master URL (default: local[*])")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_validate)
+
+
+LAYER = Layer(
+    register,
+    bad_input=(BadInput, InputError, TopologyError, FilterSyntaxError),
+    failures=(ReplayError, StartupError, ConnectionError, OSError, TimeoutError),
+)
