@@ -36,8 +36,8 @@ blob over costs a saturated broker more than copying its bytes would explain, so
 are few and large (65,536 events by default), and a read's rows are kept as they are
 rather than joined (`bench.tracing_overhead` measures the difference). The price: a
 trace up to about half a second behind a saturated broker, which holds some 12 MB of
-150-byte events' frames meanwhile. `close` ships the rest, and waits for the writer to finish the file: a
-broker stopped with SIGTERM or Ctrl-C leaves a complete trace. The writer ignores
+150-byte events' frames meanwhile. `close` ships the rest, and waits for the writer to
+finish the file: a broker stopped with SIGTERM or Ctrl-C leaves a complete trace. The writer ignores
 those signals and ends at the end of its input, so it also finishes the file when the
 broker is killed (losing only what the broker had not shipped).
 
