@@ -1,7 +1,7 @@
 """Run the benchmarks: ``python -m bench [--quick] [--only NAME ...] [--name NAME]``.
 
 Writes ``bench/results/latest.json`` (``--name NAME``: ``NAME.json``): the machine,
-the mode, every selected benchmark's results under ``results``, the issue's targets
+the mode, every selected benchmark's results under ``results``, the targets
 with the measured value and ``target_met`` each, what was skipped (and why) and what
 failed (and how). A failing benchmark does not stop the others; the exit code is 1
 when one failed.
@@ -117,9 +117,9 @@ def fanout(
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's targets: each with the measured value, its limit and ``target_met``
+    """The targets (docs/performance.md): each with the measured value, its limit and ``target_met``
     (None when not measured in this run). The amqtt ratios are taken against the bare
-    amqtt broker (no filler subscriptions, as in the issue's anchors), the stricter
+    amqtt broker (no filler subscriptions, as in the anchors of `bench.table`), the stricter
     comparison; the ratio against amqtt holding the same 1000 subscriptions as ours is
     given beside it. The slow-subscriber limit (50 MB) is this benchmark's own reading
     of "bounded": the broker's queue holds 4096 frames of ~1.1 KB."""

@@ -1,4 +1,4 @@
-"""How `hop analyze` scales with the size of the traces (issue 5).
+"""How `hop analyze` scales with the size of the traces (docs/performance.md).
 
 Writes synthetic runs of 1M, 4M and 16M hop rows and times `monitor.analysis.analyze`
 on each with one shared Spark session (its start-up, and a first warm-up analysis,

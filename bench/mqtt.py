@@ -12,7 +12,7 @@ The workload is the one of ``bench.throughput`` (1 publisher, 1 or 4 subscribers
 saturation), with topic-equality subscriptions: the subscribers subscribe to
 ``bench/events``, where every event is published, and the filler subscriptions to
 ``bench/filler/K``. amqtt is also measured bare (the subscribers' subscriptions
-only), as the issue's anchors were: it matches every topic filter in turn, so the
+only), as the anchors of `bench.table` were: it matches every topic filter in turn, so the
 filler costs it most of its throughput (Mosquitto's topic tree makes the filler
 nearly free, so it is measured with the filler only). amqtt runs get 5 % of the
 events of the others (it is that much slower); a system whose saturation is below
@@ -212,7 +212,7 @@ class MqttSubscriber:
 class MqttSystem(System):
     """An MQTT broker process on a free loopback port. With ``filler`` it runs the
     workload as specified (1000 subscriptions installed); without it, only the
-    subscribers' own subscriptions (the broker's best case, as in the issue's anchors)."""
+    subscribers' own subscriptions (the broker's best case, as in the anchors of `bench.table`)."""
 
     broker = ""
 

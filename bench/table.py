@@ -1,9 +1,9 @@
-"""The README's broker performance table, from a ``python -m bench`` result.
+"""The broker performance table of docs/performance.md, from a ``python -m bench`` result.
 
 ``python -m bench.table [bench/results/latest.json]`` prints Markdown: one row per
-measurement, ours beside each baseline measured in the same run, the ratio, and the
-issue's anchor figure (measured on this kind of machine on 2026-11-22 and quoted
-in the issue, not by this run) for scale.
+measurement, ours beside each baseline measured in the same run, the ratio, and an
+anchor figure (what each baseline reached on a 2-core machine of this kind when the
+targets were set, not measured by this run) for scale.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 from bench.common import RESULTS_DIR, lookup
 
-# The issue's anchors (2026-11-22, 2 cores, 150-byte events, 1 -> 1, raw socket
-# clients): what a baseline reached there, to compare with what it reaches here.
+# The anchors (2 cores, 150-byte events, 1 -> 1, raw socket clients, measured when
+# the targets were set): what a baseline reached there, to compare with what it reaches here.
 ANCHORS = {
     ("relay", "events_per_s"): "~500k",
     ("mosquitto", "events_per_s"): "~95k",

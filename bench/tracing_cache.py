@@ -1,7 +1,7 @@
 """The broker's own cost of tracing, counted rather than timed: instructions and
 simulated cache misses per event, on and off.
 
-On this VM the time per event moves 10-30 % within seconds, so a cost of a few per
+On a shared 2-core VM the time per event moves 10-30 % within seconds, so a cost of a few per
 cent is hard to see with a clock (`bench.tracing_loop`, `bench.tracing_overhead`).
 Counts do not move: this runs `bench.tracing_loop`'s in-process broker (one read of
 64 KiB of 150-byte events after the other, routed to one subscriber) under valgrind's

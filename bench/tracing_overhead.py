@@ -16,7 +16,7 @@ adjacent segments gives a ratio on/off, and the headline is their median, with a
 bootstrap 95 % interval. Per segment it reports delivered events per second (first
 byte sent to last frame received) and the broker process's CPU time per event (from
 /proc/PID/stat); per round, the CPU time per event of the traced broker's writer
-process (`broker.trace.hop_writer`, at the lowest CPU priority). Target (issue 4):
+process (`broker.trace.hop_writer`, at the lowest CPU priority). Target:
 tracing costs at most 5 % of the broker's throughput.
 Run: ``python -m bench.tracing_overhead [--quick]``.
 """

@@ -22,7 +22,7 @@ The saturation rate is the total rate of the highest step that passed. Latency i
 ``time.time_ns()`` at decode in the subscriber minus the publisher's stamp. The
 fraction of a core this process used is reported per step, to show whether the
 driver, rather than the brokers, was the limit. There is no baseline to alternate
-with (the issue sets none) and one search is made per run.
+with (none is defined) and one search is made per run.
 """
 
 from __future__ import annotations

@@ -4,11 +4,10 @@ trio checkpoints after every receive, so a task woken by data yields once more b
 it can handle that data: on the way of every event at low load, in every broker hop
 and at the subscriber. `receive_some` yields only after a read that did not wait
 (fairness: a socket that always has data must not starve the other tasks), and, as
-in trio, a cancellation never loses data already read. Measured with
-`python -m bench --only chain wakeup` (2026-11-25): together with the broker's
-write-through (`broker.outgoing`), a broker hop went from 1.3-1.5x the trivial relay's
-added latency to 1.0x, and the broker's CPU per event at 400 events/s from ~200 to
-~157 us.
+in trio, a cancellation never loses data already read. Together with the broker's
+write-through (`broker.outgoing`) this brings a broker hop's added latency to the
+trivial relay's and lowers its CPU per event at low rates; `python -m bench --only
+chain wakeup` measures both (docs/performance.md).
 """
 
 from __future__ import annotations

@@ -151,10 +151,11 @@ _LENGTH = struct.Struct(">I")
 _MAX_LENGTH = 2**32 - 1
 _FEED_SIZE = 65536  # receive_data hands msgpack's stream decoder at most this at a time
 DELIVERIES_PAYLOAD = 8192
-"""The largest payload of a `Deliveries` frame `join_frames` makes. 8 KiB: ~55 Delivers
-of 150 bytes. A client's fan-out of 4 went from ~81k to ~95k events/s with it; 64 KiB
-frames made it slower than none (~65k), each one decoding into more objects at once
-than the caches hold (`python -m bench.fanout_cpu`, 2026-11-25)."""
+"""The largest payload of a `Deliveries` frame `join_frames` makes. 8 KiB (~55 Delivers
+of 150 bytes) is large enough that a client pays one frame's checks for many
+deliveries, and small enough that one frame does not decode into more objects at once
+than the CPU caches hold, which made 64 KiB frames slower than none
+(`python -m bench.fanout_cpu --subscribers 4` measures it, docs/performance.md)."""
 
 Side = Literal["initiator", "acceptor"]
 
@@ -285,10 +286,10 @@ def deliver_frame(
 def join_frames(frames: list[bytes]) -> bytes:
     """The bytes that send ``frames`` in order, but each run of consecutive Deliver
     frames (`deliver_frame`) as `Deliveries` frames of at most DELIVERIES_PAYLOAD
-    bytes: what a broker writes to a client. Measured on 2026-11-25 (micro-benchmark,
-    150-byte events): a client decodes a frame of many Delivers for ~0.6 us less per
-    Deliver than as many frames (one msgpack call and one frame's checks instead of
-    one each), and joining them costs the broker ~0.12 us per Deliver."""
+    bytes: what a broker writes to a client. A client decodes a frame of many Delivers
+    with one msgpack call and one frame's checks instead of one each, for less per
+    Deliver than the broker pays to join them (both measured by
+    `python -m bench.fanout_cpu`, docs/performance.md)."""
     if len(frames) == 1:  # nothing to join: a write at low load
         return frames[0]
     out: list[bytes] = []

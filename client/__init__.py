@@ -1,4 +1,4 @@
-"""Client library of the broker network (DESIGN 3.5): publish, subscribe, unsubscribe.
+"""Client library of the broker network: publish, subscribe, unsubscribe (docs/design.md).
 
 Blocking, for scripts and notebooks::
 

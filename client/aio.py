@@ -112,11 +112,10 @@ _RECEIVE_SIZE = 16384
 """Bytes per socket read. The deliveries of one read are built before any consumer
 runs, and while more than ~700 objects are young at once CPython's collector keeps
 running, promoting the queued deliveries until full collections walk the whole heap.
-Reads of 16 KiB (about 85 deliveries of 150-byte events) stay under that: in
-`bench.fanout_cpu --subscribers 4` (2026-11-25) 1364 young and 12 full collections
-per run became ~160 and 2, the client's CPU per event fell from 22.6-22.9 to 17.4-17.5
-us and the run went from 43-45k to 57k events/s; 1-to-1 stayed at 111-113k, 8 KiB did
-no better."""
+Reads of 16 KiB (about 85 deliveries of 150-byte events) stay under that, so a
+subscriber's collections stay few and young; smaller reads did no better
+(`python -m bench.fanout_cpu --subscribers 4` counts the collections and the client's
+CPU per event, docs/performance.md)."""
 _IO_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
 
 

@@ -5,9 +5,9 @@ On this project's hosts (VMs sharing their cores) every stage of an event's path
 less when the host's cores are busier: routing in a broker, the hop between two
 brokers, the hand-over to a client, and the CPU each process spends per event off the
 path. Part of that is the receiving process's own idle gap (`monitor.warmth`), but most
-of it is a state of the whole host that one run at one rate does not show (README,
-"Predicting three times the load"). On tree7 the host's processes together spent 2.7-4.0
-ms of CPU per publication at 1x and 1.7-2.6 ms at 3x (ten runs at each rate).
+of it is a state of the whole host that one run at one rate does not show: the host's
+CPU per publication falls as the rate rises (`python -m bench.rate_response` records
+it; docs/accuracy.md).
 
 Runs at two rates show it. Each run's *busy share* U is the CPU seconds per second its
 processes (brokers and clients) spent in the measurement window
@@ -18,20 +18,15 @@ target rate R keeps the host busy U = R c(U), so U = R a / (1 - R b). The sample
 rate nearest the target are then scaled to the stage's line at the target's U.
 
 Why a line in the busy share: it is the cause the runs can measure, and of the forms
-tried it carried the stages best. Carried from 1x and 2x to 3x on tree7 (two sets of
-five rounds of runs at 1x, 2x and 3x on 2026-11-25, one while the VM was fast and one
-while it was slow; a scratch evaluation, not in the repository), the stages' means
-came out on average 8.9 and 3.7 % too high as a power of the rate (the form used
-before), 7.6 and 9.8 % too low as a line in the rate, and 4.2 % too high and 0.8 % too
-low as a line in the busy share. Through the model, the worst per-publisher latency
-error of `tests/test_model_validation.py`'s prediction on thirteen sets of saved runs
-fell from 5.0-13.3 % to 3.9-10.2 %; the README gives the validation runs made with the
-code in the repository.
+tried (a power of the rate, a line in the rate, a line in the busy share) it carried
+the stages' means from 1x and 2x to 3x on tree7 with the least bias, on runs made
+while the host was fast and while it was slow, and it gave
+`tests/test_model_validation.py`'s prediction its smallest worst-case error.
 
 Runs at about the same rate (within `SAME_RATE`) are repeats: a stage's mean at that
 rate is the median of the runs' means (and U the median of theirs), and their samples
-are pooled. Repeats matter because extrapolating amplifies noise, and on this VM one
-run's stage means move 10-20 % from one run to the next.
+are pooled. Repeats matter because extrapolating amplifies noise, and on a shared
+2-core host one run's stage means move 10-20 % from one run to the next.
 
 Assumptions: the runs carry the same workload (same publishers, trees and
 subscriptions) at different rates, on one host (`hop replay` starts every process on

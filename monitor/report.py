@@ -28,7 +28,7 @@ from matplotlib.figure import Figure
 from monitor.errors import InputError
 from monitor.traces import read_table
 
-THESIS = {  # worst relative errors of the thesis' Tables 6.1/6.2 (reference/README.md)
+THESIS = {  # worst relative errors of the thesis' Tables 6.1/6.2 (its section 6.1.3)
     "throughput": {"s1": 1.95, "s2": 0.81},
     "latency": {"s1": 5.7, "s2": 12.7},
 }

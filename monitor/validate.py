@@ -10,9 +10,9 @@
    prediction is for the events the measurement replays, not for the scenario's
    nominal rates, which a short run's Poisson arrivals miss by several percent; with
    calibrations at two or more fractions, each stage's cost is carried to the target
-   load by how it changed with the host's busy share between them (`monitor.carry`; on
-   this VM costs fall as the host gets busier, and one run cannot show by how much:
-   README, "Predicting three times the load"), otherwise the one run's samples are
+   load by how it changed with the host's busy share between them (`monitor.carry`;
+   costs fall as the host gets busier, and one run cannot show by how much:
+   docs/accuracy.md), otherwise the one run's samples are
    drawn again by idle gaps (`monitor.warmth`);
 3. measurement replay at the target rates into RUN_DIR/measurement/, analysed;
 4. RUN_DIR/report.html and report.md comparing 2 with 3.

@@ -11,7 +11,9 @@ each ``ranges`` interval, ``size_kb`` from the kind's sizes and an opaque
 ``payload`` of that many kilobytes.
 
 A publisher without one emits the workload's single event type.
-Attributes (DESIGN 5, SPECjms2007 design document 004, message sizes per paper 001):
+Attributes (SPECjms2007's call for offers; message sizes from Sachs et al.,
+"Performance evaluation of message-oriented middleware using the SPECjms2007
+benchmark", Table 5):
 
 * ``type``: the workload's event type (``callForOffers``);
 * ``family``: the product family, uniform over 1..families;

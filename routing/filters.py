@@ -1,4 +1,4 @@
-"""Constraints and filters: the subscription language of DESIGN 3.1.
+"""Constraints and filters: the subscription language (docs/design.md, "Filter language").
 
 A `Filter` is an immutable conjunction of `Constraint`s. Two filters are equal when
 they hold the same constraints, in any order; a constraint's value keeps its kind,

@@ -1,4 +1,4 @@
-"""Parser for the text form of filters (DESIGN 3.1).
+"""Parser for the text form of filters (docs/design.md, "Filter language").
 
     filter     := "true" | constraint ("and" constraint)*
     constraint := NAME "exists" | NAME op value

@@ -8,7 +8,7 @@ A generated predicate runs several times faster than interpreting the constraint
 one by one, which matters both for `Filter.matches` and for the index's candidate
 verification.
 
-Semantics (DESIGN 3.1): a constraint on a missing attribute is false; numbers
+Semantics (docs/design.md, "Filter language"): a constraint on a missing attribute is false; numbers
 (int and float) compare with each other; ordering between different kinds is false;
 `!=` across kinds is true; bytes values match nothing but `exists`; an attribute
 value of an unsupported type raises TypeError.

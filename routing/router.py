@@ -5,12 +5,12 @@ acknowledgements, events) and performs the actions it returns. Links are opaque
 hashable ids chosen by the broker; the router only needs to know which links lead
 to brokers (and which of them is the parent) and which to local clients.
 
-Strategies (DESIGN 3.3 / issue 3):
+Strategies (a topology file's ``routing`` key):
 
 * ``hierarchical`` (SIENA's): subscriptions travel towards the root only; every
   event goes to the parent (unless it came from there) and to each child or client
   with a matching subscription, never back to the broker it came from. A client
-  does receive its own publications when it subscribed to them (DESIGN 3.5).
+  does receive its own publications when it subscribed to them.
 * ``acyclic``: the same tree used peer to peer; subscriptions travel to every
   neighbouring broker, so events go only towards interested subscribers.
 * ``flooding``: subscriptions stay local; events go to every neighbouring broker

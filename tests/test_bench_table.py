@@ -1,4 +1,4 @@
-"""`python -m bench.table` renders a benchmark result as the README's table."""
+"""`python -m bench.table` renders a benchmark result as the table of docs/performance.md."""
 
 from __future__ import annotations
 

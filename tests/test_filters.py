@@ -1,4 +1,4 @@
-"""The filter language of DESIGN 3.1: parsing, printing and matching semantics."""
+"""The filter language (docs/design.md): parsing, printing and matching semantics."""
 
 from __future__ import annotations
 

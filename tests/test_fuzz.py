@@ -261,7 +261,7 @@ def test_any_text_gives_a_filter_or_syntax_error(text: str) -> None:
         assert 1 <= exc.column <= len(text) + 1
         return
     assert isinstance(parsed, Filter)
-    assert parse_filter(str(parsed)) == parsed  # DESIGN 3.1: str() parses back
+    assert parse_filter(str(parsed)) == parsed  # the contract: str() parses back
 
 
 # --- a live broker ----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The model validated against real processes (issue 6): characterize tree7 at a low
+"""The model validated against real processes (docs/accuracy.md): characterize tree7 at a low
 rate, predict 3x that rate, measure there.
 
 The replays share the seed, and the calibration runs three times longer at a third of
@@ -14,18 +14,16 @@ pooled. The rounds' own predictions (one 1x and one 2x run each) and those from 
 runs alone (with and without the idle-gap redraw, `monitor.warmth`) are printed beside
 it.
 
-The measurement is made four times and the median taken per publisher: on this VM
-the same 8-second run at 3x gives mean latencies 10-20 % apart from one run to the
-next (the whole distribution moves, not a few outliers), and now and then one run is
-disturbed far more (3.1 ms, then 9.8 ms, in one `make test`), which a median leaves
-out where a mean would not. Calibrations and measurements alternate: in
-one `make test` that ran the three calibrations first, the three measurements after
-them came out 2.05, 1.84 and 1.75 ms for one publisher (the host growing faster as it
-stayed busy).
+The measurement is made four times and the median taken per publisher: on a shared
+2-core machine the same 8-second run at 3x gives mean latencies 10-20 % apart from one
+run to the next (the whole distribution moves, not a few outliers), and now and then
+one run is disturbed far more, which a median leaves out where a mean would not.
+Calibrations and measurements alternate, so that a host growing faster as it stays
+busy does not favour the runs made last (docs/accuracy.md).
 
 The test prints, besides the latency tables, each stage's mean in the characterization
-runs, as carried to 3x and as measured at 3x, and each link's mean delay (README,
-"Predicting three times the load").
+runs, as carried to 3x and as measured at 3x, and each link's mean delay
+(docs/accuracy.md explains them).
 """
 
 from __future__ import annotations
@@ -53,25 +51,20 @@ WARMUP_S = 1.0
 THROUGHPUT_TOLERANCE = 0.03
 REPETITIONS = 4  # rounds of the three runs (1x, 2x, 3x)
 # The second characterization run's rates, times the first's: 2/3 of the target, as in
-# `hop validate` (calibrations at 0.3 and 0.6 of the load). With 1.5x the prediction was
-# within 8 % in four runs of this test on 2026-11-25 while the VM was fast, but off by 27 %
-# in a `make test` an hour later, when it had turned slow: its stage costs then did not
-# move between 1x and 1.5x and fell 15 % between 1.5x and 2x (the medians of five rounds
-# of runs at 1x, 1.5x, 2x and 3x the same hour).
+# `hop validate` (calibrations at 0.3 and 0.6 of the load). Two rates closer together
+# (1x and 1.5x) leave the line through them to the runs' noise: on a slow hour the stage
+# costs hardly moved between them, and the extrapolation to 3x missed by far.
 SECOND = 2.0
-# Issue 6's target, asserted. This test's prediction, made again on thirteen saved sets
-# of its runs (two sets of five rounds, fast and slow hours, four rounds at a time, and
-# three of its own runs; a scratch evaluation, not in the repository), was 3.9-10.2 %
-# off at worst with the stages carried along the host's busy share (`monitor.carry`),
-# and 5.0-13.3 % with the power of the rate used before.
+# The model's latency target at three times the characterized load, asserted; the
+# stages are carried along the host's busy share (`monitor.carry`), which erred less
+# than a power of the rate did on the same saved runs (docs/accuracy.md).
 LATENCY_TARGET = 0.15
 DIAGNOSTIC_WALL_S = 5.0  # simulation time of the printed per-round predictions
 # The prediction from the 1x run alone (its samples drawn again by idle gaps,
-# `monitor.warmth`) is guarded against gross regression only: on 2026-11-24 the same
-# code gave 10.0 and 15.9 % in one hour and 30.0 and 35.3 % in the next, when the 3x
-# runs of this VM became 25 % faster while its 1x runs did not change, a bias of the
-# host that one low-rate run cannot show (the second run can). Without the warmth
-# correction (`as_measured`) the same runs were off by 47 and 53 %.
+# `monitor.warmth`) is guarded against gross regression only: the host's own speed can
+# change between a low-rate run and the 3x runs, a bias that one low-rate run cannot
+# show (the second run can), so its error moves between hours by far more than the
+# two-rate prediction's.
 ONE_RUN_GUARD = 0.50
 
 

@@ -1,4 +1,4 @@
-"""The SPECjms2007 vertical case study (topologies/specjms_vertical.toml, issue 7) and
+"""The SPECjms2007 vertical case study (topologies/specjms_vertical.toml, docs/specjms.md) and
 the event mixes ([[publishers.events]]) it needs from the loader and the generator.
 
 Numbers are checked against the two sources the file cites: 004 (the SPECjms2007

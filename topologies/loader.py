@@ -1,4 +1,4 @@
-"""Load and validate topology / case-study TOML files (DESIGN.md section 3.2).
+"""Load and validate topology / case-study TOML files (docs/design.md, "Topology files").
 
 Keys (required ones marked *; anything else is an error):
 
@@ -6,10 +6,10 @@ Keys (required ones marked *; anything else is an error):
   base_port*, routing ("hierarchical" | "acyclic" | "flooding"), and the tables below;
 - [[brokers]]: id*, parent (none for the root), host, port (default base_port + id);
 - [workload]: event_type, families, duration_s, warmup_s, plus two keys beyond the
-  DESIGN example: drain_s (seconds to wait for in-flight events after publishing
+  minimal form: drain_s (seconds to wait for in-flight events after publishing
   stops) and seed (for the random families and arrivals); all have defaults;
 - [[publishers]]: id*, broker*, rate*, arrival ("poisson" | "constant"), and
-  optionally an event mix (beyond the DESIGN example), one [[publishers.events]]
+  optionally an event mix (beyond the minimal form), one [[publishers.events]]
   table per kind of event: type*, weight* (> 0, relative to the publisher's other
   kinds), attributes (name -> fixed value), choose (name -> non-empty array of
   values, one drawn uniformly per event), ranges (name -> [lo, hi], drawn uniformly;
@@ -22,7 +22,7 @@ Keys (required ones marked *; anything else is an error):
   Without `events` a publisher emits the workload's single event type;
 - [[subscribers]]: id*, broker*, filters* (a non-empty list of filter texts);
 - [[scenarios]]: name*, rate_scale (> 0, default 1), rates (publisher id -> events/s);
-- security, beyond the DESIGN example (docs/across-hosts.md): top-level
+- security, beyond the minimal form (docs/across-hosts.md): top-level
   auth_secret_file (the network secret, required from brokers and clients) and
   client_secret_file (the secret clients present instead, if given), and a [tls] table:
   ca*, cert*, key* (PEM files), verify_clients (require client certificates, default

@@ -1,4 +1,4 @@
-"""The data model of topology and case-study files (DESIGN.md section 3.2).
+"""The data model of topology and case-study files (docs/design.md, "Topology files").
 
 Everything here is plain frozen data; `topologies.loader` builds it from TOML and
 checks it, so the methods below assume a valid tree.
@@ -156,7 +156,8 @@ class EventSpec:
     ranges: dict[str, tuple[int | float, int | float]] = field(default_factory=dict)
     sizes_kb: tuple[float, ...] = (1.35, 7.06, 36.52)
     size_weights: tuple[float, ...] = (0.95, 0.04, 0.01)
-    """Defaults: SPECjms2007's callForOffers sizes (paper 001, Table 5)."""
+    """Defaults: SPECjms2007's callForOffers sizes (Sachs et al., "Performance
+    evaluation of message-oriented middleware using the SPECjms2007 benchmark", Table 5)."""
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,14 @@
-"""SPECjms2007's vertical topology as a hop case study (issue 7).
+"""SPECjms2007's vertical topology as a hop case study (docs/specjms.md).
 
     python -m topologies.specjms [--base N] > topologies/specjms_vertical.toml
 
 writes the case-study file; the shipped file is this module's output for BASE 1
 (tests/test_specjms.py checks that regenerating it gives the same bytes).
 
-Sources (the files under /work/shared/seeds/ of the project):
+Sources, cited below by these labels:
 
-* "004": the SPECjms2007 design document. Section 1.2.2 / 2.2 (the seven
+* "004": the SPECjms2007 design document (Standard Performance Evaluation
+  Corporation, 2007). Section 1.2.2 / 2.2 (the seven
   interactions), Table 1 (queues and topics), Table 2 (message types, destination
   kind, delivery mode), Table 5 (the vertical topology: locations and rates per
   BASE, message-size parameters).
@@ -459,10 +460,10 @@ def _header(base: float, unit: dict[str, dict]) -> list[str]:
     kb = "  ".join(f"{g} {100 * unit['kb_delivered'][g] / total_kb:.2f}" for g in "abcd")
     lines = [
         "# SPECjms2007's supermarket supply chain, vertical topology, as content-based",
-        f"# events (issue 7). Generated: `python -m topologies.specjms --base {base:g}`;",
+        f"# events (docs/specjms.md). Generated: `python -m topologies.specjms --base {base:g}`;",
         "# edit topologies/specjms.py, not this file. Sources:",
         "#   004 = SPECjms2007 design document; 001 = Sachs et al., Performance Evaluation",
-        "#   2009 (both under /work/shared/seeds/).",
+        "#   2009 (section 4 and Tables 2-7).",
         "#",
         "# Locations (004 Table 5, 001 section 4.3 rules (1)-(6)): 10 SMs, 5 SMs per DC",
         "# so 2 DCs, 5 SPs, 2 HQ instances, 100 product families, each SP offering 50 %",

@@ -1,20 +1,19 @@
 """The broker's `hops` recorder: a small cost per event in the broker, the rest in a
 writer process of its own (`broker.trace.hop_writer`).
 
-Tracing must cost little (issue 4: at most 5 % of a broker's throughput, about 0.7 us
-per event here), and in CPython each value touched per event costs tens of nanoseconds. So
-the broker keeps only what it alone knows and ships it as it is:
+Tracing must cost little (target: at most 5 % of a broker's throughput, measured by
+`python -m bench.tracing_overhead`, docs/performance.md), and in CPython each value
+touched per event costs tens of nanoseconds. So the broker keeps only what it alone
+knows and ships it as it is:
 
 * per event it handled, the ints of `EVENT_FIELDS` (one wall-clock read, no CPU
   clock), packed into 32 bytes (`EVENT_ROW`) appended to one bytearray per read: no
   Python object outlives the event (thousands of objects kept per event made each
   garbage collection slower, and reading them back out of the cache to ship them cost
   more than all the rest; packing costs less than a list append and `array.extend`
-  together). A bytes object kept per event instead took 80 bytes of scattered
-  small-object memory, and memory kept is memory the broker's own working set loses
-  from the CPU caches. Counted by `python -m bench.tracing_cache` (cachegrind with
-  this host's caches), tracing then added 1.7 % of instructions per event, 4.5 % of
-  first-level and 47 % of L2 data misses; with the bytearray 1.1 %, 5.6 % and 21 %.
+  together). A bytes object kept per event instead takes scattered small-object
+  memory, and memory kept is memory the broker's own working set loses from the CPU
+  caches: `python -m bench.tracing_cache` counts the data-cache misses tracing adds.
   The links an event went to are an `outcome` code, one per distinct tuple of link
   ids;
 * notes on the rare rest, as flat (kind, batch_index, value) triples: when a control
@@ -32,14 +31,13 @@ hands it, each read's packed rows and frames (as they are, not joined) to a thre
 writes them to the writer process's stdin with `os.writev` (the GIL released: the
 broker's thread never copies the bulk of it); the writer builds the Arrow columns and
 writes a record batch per blob. A blob goes at least every `flush_rows` events or
-`flush_bytes` of frames, and once a second from the broker's flush task. Handing blobs
-over cost a saturated broker more than copying their bytes would explain, and fewer,
-larger ones cost less: in `bench.tracing_overhead`, blobs of 65,536 rather than 8,192
-events, and a read's rows kept as they are rather than joined, took tracing's cost
-from 8.3 % to 5.9-6.7 % (README, "Tracing"). The price: a trace up to about half a
-second behind a saturated broker, which holds some 12 MB of 150-byte events' frames
-meanwhile. `close` ships the rest, and waits for the writer to finish the file: a
-broker stopped with SIGTERM or Ctrl-C leaves a complete trace. The writer ignores
+`flush_bytes` of frames, and once a second from the broker's flush task. Handing a
+blob over costs a saturated broker more than copying its bytes would explain, so blobs
+are few and large (65,536 events by default), and a read's rows are kept as they are
+rather than joined (`bench.tracing_overhead` measures the difference). The price: a
+trace up to about half a second behind a saturated broker, which holds some 12 MB of
+150-byte events' frames meanwhile. `close` ships the rest, and waits for the writer to
+finish the file: a broker stopped with SIGTERM or Ctrl-C leaves a complete trace. The writer ignores
 those signals and ends at the end of its input, so it also finishes the file when the
 broker is killed (losing only what the broker had not shipped).
 

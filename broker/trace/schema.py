@@ -1,4 +1,4 @@
-"""The trace schema (DESIGN 3.4), in one place, with its version.
+"""The trace schema (docs/traces.md), in one place, with its version.
 
 Three tables, each written as Arrow IPC stream files under RUN_DIR/traces/:
 

@@ -1,4 +1,4 @@
-"""`hop analyze RUN_DIR`: the Spark characterization of a run (DESIGN 4, issue 5).
+"""`hop analyze RUN_DIR`: the Spark characterization of a run (docs/traces.md).
 
 Reads RUN_DIR/traces/ (staged to Parquet first, see `staging`), keeps the events
 published in the window (see `window`), and writes Parquet under RUN_DIR/analysis/;

@@ -1,4 +1,4 @@
-"""The characterization as Spark DataFrame operations (DESIGN 4, thesis 4.1).
+"""The characterization as Spark DataFrame operations (thesis 4.1; docs/traces.md).
 
 Each function takes the window's traces (or small tables derived from them) and
 returns one table; nothing here collects rows to the driver. The hop table is read

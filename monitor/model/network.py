@@ -236,12 +236,11 @@ class Network:
 
     ``link_delays_ns`` (by (from, to) station), ``publish_delays_ns`` (by root
     station) and ``deliver_delays_ns`` (by (class, subscriber), else by subscriber)
-    replace those pooled delays where they name a link, root or subscriber: on tree7
-    the mean delay of one link was twice another's in every run (README, "Predicting
-    three times the load"), and on siena15 a subscriber received the events published
-    in its own client process about 250 us later after the last broker than others
-    (the process still busy with the publication; a scratch analysis of one s1 run's
-    traces on 2026-11-25), which pooled samples would spread over every path alike.
+    replace those pooled delays where they name a link, root or subscriber: a link's
+    mean delay is a property of that link, the same in every run, and a subscriber
+    receives the events published in its own client process later after the last
+    broker than others (the process is still busy with the publication); pooled
+    samples would spread both over every path alike (docs/accuracy.md).
     """
 
     stations: Sequence[Station]
