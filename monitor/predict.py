@@ -54,8 +54,8 @@ PREDICTIONS = pa.schema(
 
 KEYED_MIN_SAMPLES = 30
 """Fewest delay samples of one link, home broker, subscriber or (publisher, subscriber)
-pair for the model to use them rather than the pooled samples of all (README, "Accuracy
-on the 15-broker case study")."""
+pair for the model to use them rather than the pooled samples of all (docs/accuracy.md
+says why fewer samples mislead more than pooled ones)."""
 
 
 @dataclass
