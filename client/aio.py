@@ -93,6 +93,7 @@ __all__ = [
     "Reconnect",
     "AsyncSubscription",
     "BrokerError",
+    "ClientClosed",
     "ClientError",
     "ConnectionLost",
     "Delivery",
@@ -125,6 +126,11 @@ class ClientError(Exception):
 
 class ConnectionLost(ClientError):
     """The connection to the broker has ended (lost, refused, or closed by this client)."""
+
+
+class ClientClosed(ConnectionLost):
+    """The connection ended because this client was closed (``aclose``, ``close``, or
+    leaving its ``with`` block): the end a program asked for, not a loss."""
 
 
 class BrokerError(ConnectionLost):
@@ -244,8 +250,10 @@ def _as_filter(filter: str | Filter) -> Filter:
 
 class AsyncSubscription:
     """A subscription of an ``AsyncClient``: ``await sub.next()`` or ``async for event in
-    sub`` give the attributes of each delivered event; iteration ends when the
-    subscription is unsubscribed (after what was already queued) or the connection ends.
+    sub`` give the attributes of each delivered event. Iteration ends (after what was
+    already queued) when the subscription is unsubscribed or the client is closed; a
+    connection lost raises ``ConnectionLost`` from the loop, as a broken trio channel
+    does, so a program never mistakes a failure for the end of the stream.
 
     The queue is unbounded, so a slow consumer never blocks the connection: the
     application must consume what it subscribes to. A reconnecting client keeps its
@@ -305,7 +313,7 @@ class AsyncSubscription:
     async def __anext__(self) -> dict[str, Any]:
         try:
             return await self.next()
-        except ClientError:
+        except (SubscriptionClosed, ClientClosed):
             raise StopAsyncIteration from None
 
     def _put(self, delivery: Delivery) -> None:
@@ -512,7 +520,7 @@ class AsyncClient:
         later calls raise ``ConnectionLost``; subscriptions end. Idempotent."""
         try:
             if self._failure is None:
-                self._failure = ConnectionLost("the client is closed")
+                self._failure = ClientClosed("the client is closed")
                 if self._ready.is_set():  # else reconnecting: no connection to say Bye on
                     with trio.move_on_after(CLOSE_TIMEOUT):
                         await self._drain_outgoing(self._conn.send(Bye("closing")))
@@ -524,7 +532,7 @@ class AsyncClient:
     # --- sending -----------------------------------------------------------------------
 
     def _error(self) -> ConnectionLost:
-        return _copy(self._failure) if self._failure else ConnectionLost("the client is closed")
+        return _copy(self._failure) if self._failure else ClientClosed("the client is closed")
 
     async def _send(
         self, message: Message | bytes, internal: bool = False, through: bool = False
@@ -821,7 +829,7 @@ class AsyncClient:
         if self._down:
             return
         self._down = True
-        error = self._failure or ConnectionLost("the client is closed")
+        error = self._failure or ClientClosed("the client is closed")
         self._failure = error
         self._outgoing.close()  # senders blocked on a full queue raise ConnectionLost
         self._io_scope.cancel()

@@ -22,10 +22,10 @@ import trio
 from client.aio import (
     AsyncClient,
     AsyncSubscription,
-    ClientError,
-    ConnectionLost,
+    ClientClosed,
     Delivery,
     Reconnect,
+    SubscriptionClosed,
     open_client,
 )
 from routing import Filter, parse_filter
@@ -141,7 +141,7 @@ class Client:
         try:
             return trio.from_thread.run(afn, *args, trio_token=self._token)
         except (trio.RunFinishedError, trio.Cancelled):
-            raise ConnectionLost("the client is closed") from None
+            raise ClientClosed("the client is closed") from None
 
     def subscribe(self, filter: str | Filter) -> "Subscription":
         """Subscribe to events matching ``filter`` (text or a ``routing.Filter``); return
@@ -240,7 +240,9 @@ class Subscription:
         return self
 
     def __next__(self) -> dict[str, Any]:
+        """The next event; the loop ends when unsubscribed or the client is closed, and
+        raises ``ConnectionLost`` when the connection is lost."""
         try:
             return self.next()
-        except ClientError:
+        except (SubscriptionClosed, ClientClosed):
             raise StopIteration from None

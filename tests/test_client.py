@@ -319,7 +319,8 @@ async def test_broker_error_ends_the_client(broker: FakeBroker, nursery: trio.Nu
         nursery.start_soon(pending_flush, c)
         await broker.flush_seen.wait()
         await broker.link.send(Error("overloaded", "too many clients"))
-        assert [event async for event in sub] == []
+        with pytest.raises(client.BrokerError):  # a refusal is no end of the stream
+            [event async for event in sub]
         await failed.wait()
         with pytest.raises(client.BrokerError):
             await sub.next()
@@ -329,13 +330,20 @@ async def test_broker_error_ends_the_client(broker: FakeBroker, nursery: trio.Nu
 
 
 @pytest.mark.trio
-async def test_connection_loss_ends_iteration(broker: FakeBroker) -> None:
+async def test_connection_loss_raises_from_iteration_after_what_arrived(
+    broker: FakeBroker,
+) -> None:
     async with connect(broker) as c:
         sub = await c.subscribe("family = 7")
         await c.publish({"family": 7})
         await c.flush()
         await broker.link.stream.aclose()
-        assert [event async for event in sub] == [{"family": 7}]  # drained, then ended
+        got = []
+        with pytest.raises(client.ConnectionLost) as lost:
+            async for event in sub:
+                got.append(event)
+        assert got == [{"family": 7}]  # drained first
+        assert not isinstance(lost.value, client.ClientClosed)
         with pytest.raises(client.ConnectionLost) as info:
             await sub.next()
         assert not isinstance(info.value, client.BrokerError)
@@ -450,6 +458,26 @@ async def test_exceptions_leave_the_block_unwrapped(broker: FakeBroker) -> None:
     assert broker.kinds() == [Hello, Bye]
 
 
+@pytest.mark.trio
+async def test_closing_the_client_ends_iteration_quietly(broker: FakeBroker) -> None:
+    got: list[dict[str, Any]] = []
+    async with connect(broker) as c:
+        sub = await c.subscribe("family = 7")
+        await c.publish({"family": 7})
+        await c.flush()
+
+        async def consume() -> None:
+            async for event in sub:  # no exception: the program asked for the end
+                got.append(event)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == [{"family": 7}]
+            await c.aclose()
+    assert got == [{"family": 7}]
+
+
 # --- blocking client ------------------------------------------------------------------
 
 
@@ -497,6 +525,30 @@ def test_blocking_unsubscribe_ends_iteration(thread_broker: FakeBroker) -> None:
             sub.next(timeout=1)
 
 
+def test_blocking_connection_loss_raises_from_iteration(thread_broker: FakeBroker) -> None:
+    with blocking(thread_broker) as c:
+        sub = c.subscribe("family = 7")
+        c.publish({"family": 7, "n": 0})
+        c.flush()
+        assert sub.next(timeout=5)["n"] == 0
+        trio.from_thread.run(thread_broker.link.stream.aclose, trio_token=thread_broker.token)
+        with pytest.raises(client.ConnectionLost) as lost:
+            for _ in sub:
+                pass
+        assert not isinstance(lost.value, client.ClientClosed)
+
+
+def test_blocking_close_ends_iteration(thread_broker: FakeBroker) -> None:
+    c = blocking(thread_broker)
+    sub = c.subscribe("family = 7")
+    c.publish({"family": 7, "n": 0})
+    c.flush()
+    assert sub.next(timeout=5)["n"] == 0
+    c.close()
+    assert list(sub) == []
+
+
+
 def test_blocking_invalid_input_raises_before_sending(thread_broker: FakeBroker) -> None:
     with blocking(thread_broker) as c:
         with pytest.raises(FilterSyntaxError):
@@ -511,7 +563,8 @@ def test_blocking_broker_error_keeps_its_type(thread_broker: FakeBroker) -> None
     with blocking(thread_broker) as c:
         sub = c.subscribe("family = 7")
         thread_broker.call(thread_broker.link.send, Error("shutdown", "going away"))
-        assert list(sub) == []
+        with pytest.raises(client.BrokerError):  # from the loop, not an empty stream
+            list(sub)
         with pytest.raises(client.BrokerError) as info:
             c.flush()
         assert info.value.code == "shutdown"
