@@ -29,7 +29,7 @@ from broker.protocol import DEFAULT_MAX_FRAME
 from broker.security import BrokerSecurity, ClientCredentials, read_secret
 from broker.server import QUEUE_POLICIES, BrokerConfig
 from routing import FilterSyntaxError, parse_filter
-from topologies import CaseStudy, TopologyError, load_case_study
+from topologies import CaseStudy, TopologyError, load_case_study, study_path
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -89,9 +89,10 @@ def run(parser: argparse.ArgumentParser, layers: Sequence[Layer], argv: list[str
         return EXIT_FAILURE
 
 
-def load_study(path: str) -> CaseStudy:
-    """A topology or case-study file, its filters parsed (TopologyError names the field)."""
-    return load_case_study(Path(path), filter_parser=parse_filter)
+def load_study(text: str) -> CaseStudy:
+    """A topology or case-study file (or a shipped one's name), its filters parsed
+    (TopologyError names the file and field)."""
+    return load_case_study(study_path(text), filter_parser=parse_filter)
 
 
 def secret_file(args: argparse.Namespace) -> Path | None:
@@ -143,7 +144,7 @@ def cmd_net(args: argparse.Namespace) -> int:
     if secret is not None:
         extra += ["--secret-file", str(secret.resolve())]
     credentials = ClientCredentials.for_network(topology, secret)
-    procs = BrokerProcesses(Path(args.file), topology, extra, credentials)
+    procs = BrokerProcesses(study_path(args.file), topology, extra, credentials)
     stop = False
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -280,9 +281,12 @@ def _fault_args(args: argparse.Namespace) -> list[str]:
     return out
 
 
+FILE_HELP = "a topology or case-study file, or a shipped one's name (e.g. tree7)"
+
+
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser("broker", help="run one broker of a topology file", parents=[common])
-    p.add_argument("file")
+    p.add_argument("file", help=FILE_HELP)
     p.add_argument("--id", type=int, required=True, help="the broker's id in the file")
     add_trace_options(p)
     add_broker_options(p)
@@ -292,7 +296,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "net", help="run every broker of a topology on this host", parents=[common]
     )
-    p.add_argument("file")
+    p.add_argument("file", help=FILE_HELP)
     add_trace_options(p)
     add_broker_options(p)
     add_fault_options(p)

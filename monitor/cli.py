@@ -13,13 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from broker.cli import EXIT_FAILURE, EXIT_OK, BadInput, Layer
+from broker.cli import EXIT_FAILURE, EXIT_OK, FILE_HELP, BadInput, Layer
 from broker.process import StartupError, unwind_on_sigterm
 from monitor.errors import InputError
 from monitor.replay import ReplayError
 from monitor.validate import CALIBRATION_FRACTIONS
 from routing import FilterSyntaxError
-from topologies import TopologyError
+from topologies import TopologyError, study_path
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -27,7 +27,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     unwind_on_sigterm()  # so the brokers this command started are stopped
     result = replay(
-        Path(args.file),
+        study_path(args.file),
         Path(args.out),
         scenario=args.scenario,
         duration_s=args.duration,
@@ -60,7 +60,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from monitor.predict import METHODS, predict
 
     methods = METHODS if args.method == "all" else (args.method,)
-    workload = Path(args.workload) if args.workload else None
+    workload = study_path(args.workload) if args.workload else None
     summary = predict(
         Path(args.run_dir),
         workload,
@@ -89,7 +89,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     unwind_on_sigterm()  # so the brokers this command started are stopped
     result = validate(
-        Path(args.file),
+        study_path(args.file),
         Path(args.out),
         scenario=args.scenario,
         duration_s=args.duration,
@@ -110,7 +110,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         return commands.add_parser(name, help=help, parents=[common])
 
     p = command("replay", "run a case study's workload and record traces into RUN_DIR")
-    p.add_argument("file", help="a case-study file (topology + workload)")
+    p.add_argument("file", help=f"{FILE_HELP} with a workload")
     p.add_argument("--out", required=True, help="RUN_DIR (must not hold traces yet)")
     p.add_argument("--scenario", help="a [[scenarios]] name of the file")
     p.add_argument("--duration", type=float, help="measurement seconds (default: the file's)")
@@ -127,7 +127,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
     p = command("predict", "model predictions for RUN_DIR -> RUN_DIR/analysis/")
     p.add_argument("run_dir")
-    p.add_argument("--workload", help="case-study file with the target rates")
+    p.add_argument("--workload", help="case-study file (or shipped name) with the target rates")
     p.add_argument("--scenario", help="scenario of the workload file")
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiply every target rate")
     p.add_argument("--method", choices=["mm1", "mm1-ps", "sim", "all"], default="all")
@@ -157,7 +157,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_report)
 
     p = command("validate", "replay + analyze + predict + report")
-    p.add_argument("file", help="a case-study file")
+    p.add_argument("file", help=f"{FILE_HELP} with a workload")
     p.add_argument("--out", required=True, help="RUN_DIR")
     p.add_argument("--scenario")
     p.add_argument("--duration", type=float, help="measured seconds of each replay")

@@ -35,6 +35,16 @@ def shipped_path(name: str) -> Path:
     return Path(__file__).with_name(f"{name}.toml")
 
 
+def study_path(text: str) -> Path:
+    """The file a command-line argument names: a path to an existing file, else the name
+    of a shipped topology (`hop replay tree7` works from anywhere, the package
+    installed). TopologyError when it is neither."""
+    path = Path(text)
+    if path.is_file() or text not in SHIPPED:
+        return path  # a missing file is reported by the loader, naming it
+    return shipped_path(text)
+
+
 __all__ = [
     "SHIPPED",
     "BrokerSpec",
@@ -55,6 +65,7 @@ __all__ = [
     "load_topology",
     "publisher_name",
     "shipped_path",
+    "study_path",
     "subscriber_name",
     "to_toml",
 ]
