@@ -233,20 +233,26 @@ def needed_by(item: pytest.Item) -> list[str]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Skip or fail ``item`` before its fixtures are set up, as ``decide`` says."""
+    """Skip or fail ``item`` before its fixtures are set up, as ``decide`` says for each
+    capability it needs: skipped if any is opted out, else failed naming every missing one."""
     registry = REGISTRY
     skip = opted_out(os.environ, registry.capabilities)
-    for name in needed_by(item):
-        if name not in registry.capabilities:
-            pytest.fail(
-                f"unknown capability {name!r} in @pytest.mark.{MARKER}; "
-                f"known: {sorted(registry.capabilities)}",
-                pytrace=False,
-            )
-        capability = registry.capabilities[name]
-        verdict, reason = decide(capability, skip, None if name in skip else registry.missing(name))
+    needed = needed_by(item)
+    unknown = [name for name in needed if name not in registry.capabilities]
+    if unknown:
+        pytest.fail(
+            f"unknown capability {unknown} in @pytest.mark.{MARKER}; "
+            f"known: {sorted(registry.capabilities)}",
+            pytrace=False,
+        )
+    verdicts = [
+        decide(registry.capabilities[name], skip, None if name in skip else registry.missing(name))
+        for name in needed
+    ]
+    for verdict, reason in verdicts:
         if verdict == "skip":
             # reported at the test's location, as pytest does for skipif marks
             raise pytest.skip.Exception(reason, _use_item_location=True)
-        if verdict == "fail":
-            pytest.fail(reason, pytrace=False)
+    failures = [reason for verdict, reason in verdicts if verdict == "fail"]
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)

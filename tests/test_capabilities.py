@@ -56,8 +56,8 @@ def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
     return pytester
 
 
-def run(inner: pytest.Pytester) -> pytest.RunResult:
-    return inner.runpytest_inprocess("-p", "tests.capabilities")
+def run(inner: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return inner.runpytest_inprocess("-p", "tests.capabilities", *args)
 
 
 def test_a_missing_capability_fails_the_test_naming_it_and_how_to_install_it(
@@ -88,6 +88,10 @@ def test_a_capability_listed_in_hop_test_skip_is_skipped_with_that_reason(
     result.stdout.fnmatch_lines([f"SKIPPED * capability 'zap' opted out by {SKIP_ENV}"])
     monkeypatch.setenv(SKIP_ENV, " frob, zap ")  # even a present one, when named
     run(inner).assert_outcomes(passed=1, skipped=4)
+    monkeypatch.setenv(SKIP_ENV, "frob")  # one opted out: skipped, though another is missing
+    result = run(inner, "-v")
+    result.assert_outcomes(passed=1, skipped=2, errors=2)
+    result.stdout.fnmatch_lines(["*::test_with_both SKIPPED (capability 'frob' opted out*"])
 
 
 def test_an_unknown_name_is_a_usage_error_not_a_silent_pass(
@@ -103,7 +107,7 @@ def test_an_unknown_name_is_a_usage_error_not_a_silent_pass(
     )
     result = inner.runpytest_inprocess("-p", "tests.capabilities", "test_typo.py")
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*unknown capability 'zapp'*"])
+    result.stdout.fnmatch_lines(["*unknown capability ?'zapp'? in*"])
 
 
 def test_decide_and_opted_out() -> None:
