@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml scripts/system_deps.sh
-	bash scripts/system_deps.sh
+	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/system_deps.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
@@ -22,6 +22,8 @@ demo: $(STAMP)
 	rm -rf runs/siena15
 	$(BIN)/hop validate topologies/siena15.toml --out runs/siena15 --scenario s1 --quick
 
+# Tests that need a tool or kernel feature fail when it is missing; HOP_TEST_SKIP=netns,...
+# skips them instead (docs/testing.md).
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports

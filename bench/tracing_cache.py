@@ -60,22 +60,19 @@ def cache_option(level: int, option: str) -> str:
 def counted(traced: bool, events: int, options: list[str]) -> dict[str, int]:
     """cachegrind's totals for a process handling `events` events."""
     with tempfile.TemporaryDirectory() as tmp:
-        command = [
-            "valgrind",
-            "--tool=cachegrind",
-            "--cache-sim=yes",
-            *options,
-            "--cachegrind-out-file=/dev/null",
-            sys.executable,
-            "-m",
-            "bench.tracing_cache",
-            "--child",
-            "on" if traced else "off",
-            str(events),
-            tmp,
-        ]
-        env = {**os.environ, "PYTHONHASHSEED": "0"}
-        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+        child = [sys.executable, "-m", "bench.tracing_cache", "--child"]
+        child += ["on" if traced else "off", str(events), tmp]
+        return cachegrind(child, options, {**os.environ, "PYTHONHASHSEED": "0"})
+
+
+def cachegrind(command: list[str], options: list[str], env: dict[str, str]) -> dict[str, int]:
+    """The totals of `_COUNTS` in cachegrind's summary of `command` run under valgrind
+    with the cache `options`; RuntimeError if the run fails or a total is missing."""
+    done = subprocess.run(
+        ["valgrind", "--tool=cachegrind", "--cache-sim=yes", *options,
+         "--cachegrind-out-file=/dev/null", *command],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"cachegrind run failed: {done.stderr[-2000:]}")
     totals = {}

@@ -59,6 +59,7 @@ import contextlib
 import itertools
 import os
 import random
+import ssl
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -318,7 +319,7 @@ class Broker:
                 if not isinstance(welcome, Welcome):
                     raise ProtocolError("unexpected", f"parent answered {welcome!r}")
             except (OSError, trio.BrokenResourceError, trio.TooSlowError, ProtocolError) as exc:
-                self._log.warning("parent_handshake_failed", parent=parent, error=str(exc))
+                self._log.warning("parent_handshake_failed", parent=parent, error=_failure(exc))
                 await trio.aclose_forcefully(stream)  # TLS: aclose would retry the handshake
                 await trio.sleep(delay * random.uniform(0.5, 1.5))
                 delay = min(delay * 2, self.config.reconnect_max_s)
@@ -364,7 +365,14 @@ class Broker:
         except ProtocolError as exc:
             await _refuse(stream, exc.code, exc.message)
             return
-        except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        except (
+            trio.TooSlowError,
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            OSError,
+        ) as exc:
+            if _tls_refusal(exc):
+                self._log.warning("tls_refused", error=_failure(exc))
             await trio.aclose_forcefully(stream)  # TLS: aclose would wait for the handshake
             return
         await self._run_link(link_id, kind, hello.node_id, stream, conn, leftover)
@@ -815,6 +823,23 @@ class Broker:
             "drops": dict(self.drops),
             "links": links,
         }
+
+
+def _failure(exc: BaseException) -> str:
+    """What went wrong with a link, for the log: the exception's message, or its cause's
+    when it has none (trio's BrokenResourceError carries the TLS error, such as
+    CERTIFICATE_VERIFY_FAILED, as its cause)."""
+    if str(exc) or exc.__cause__ is None:
+        return str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {exc.__cause__}"
+
+
+def _tls_refusal(exc: BaseException) -> bool:
+    """Whether a link failed because TLS refused the peer (no client certificate, one
+    from another CA, not TLS at all), rather than the peer leaving mid-handshake (as
+    port probes do; not logged)."""
+    cause = exc.__cause__
+    return isinstance(cause, ssl.SSLError) and not isinstance(cause, ssl.SSLEOFError)
 
 
 async def _read_one(stream: trio.abc.Stream, conn: Connection) -> tuple[Any, list[Any]]:

@@ -28,3 +28,8 @@ def spark() -> Iterator[SparkSession]:
     )
     yield session
     session.stop()
+
+
+# --- capabilities: tests that need a tool fail, or skip only when HOP_TEST_SKIP names it ---
+# (tests/capabilities.py; pytester runs pytest inside a test, for tests/test_capabilities.py)
+pytest_plugins = ["tests.capabilities", "pytester"]

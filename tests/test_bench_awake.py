@@ -14,9 +14,7 @@ import pytest
 from bench.awake import cpus_kept_awake
 from bench.common import REPO
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(os, "SCHED_IDLE"), reason="needs Linux scheduling policies"
-)
+pytestmark = pytest.mark.needs("sched_idle")
 
 
 def _gone(pid: int, timeout_s: float) -> bool:

@@ -42,7 +42,7 @@ def _gone_within(pids: list[int], seconds: float) -> list[int]:
     return left
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+@pytest.mark.needs("procfs")
 def test_sigterm_stops_the_brokers_a_benchmark_started() -> None:
     # Far more pairs than it could finish: it is stopped long before writing a result.
     bench = subprocess.Popen(

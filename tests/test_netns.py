@@ -1,4 +1,5 @@
-"""Brokers on separate hosts, simulated with network namespaces (needs root and `ip`).
+"""Brokers on separate hosts, simulated with network namespaces (capability `netns`:
+root and `ip`).
 
 Three namespaces, one broker each, plugged by veth pairs into a bridge in a fourth
 (switch) namespace, on private addresses 10.200.X.1-3; nothing is added to the host's
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +27,7 @@ from broker.local_network import REPO
 from topologies import BrokerSpec, Topology
 from topologies.generators import to_toml
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs("netns")]
 
 PREFIX = f"hop{os.getpid() % 100000}"
 SWITCH = f"{PREFIX}sw"
@@ -42,21 +42,6 @@ def ns(broker_id: int) -> str:
 
 def ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
-
-
-def netns_usable() -> str | None:
-    """Why namespaces cannot be used here, or None."""
-    if shutil.which("ip") is None:
-        return "the `ip` command (iproute2) is not installed"
-    if os.geteuid() != 0:
-        return "creating network namespaces needs root"
-    probe = f"{PREFIX}probe"
-    try:
-        ip("netns", "add", probe)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        return f"`ip netns add` failed: {getattr(exc, 'stderr', b'') or exc}"
-    ip("netns", "del", probe)
-    return None
 
 
 class Lines:
@@ -147,9 +132,6 @@ class Hosts:
 
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[Hosts]:
-    problem = netns_usable()
-    if problem is not None:
-        pytest.skip(f"cannot simulate several hosts: {problem}")
     hosts = Hosts(tmp_path)
     try:
         hosts.build()

@@ -71,7 +71,7 @@ class Log:
         return True
 
 
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+@pytest.mark.needs("procfs")
 def test_soak_restarts_lose_nothing_while_up_and_memory_stays_flat(tmp_path: Path) -> None:
     study = load_case_study(REPO / "topologies" / "siena15.toml", filter_parser=parse_filter)
     net = Network.from_file("siena15", tmp_path)

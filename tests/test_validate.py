@@ -14,11 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from hop.command import run_hop
+from tests.capabilities import chromium_path
 from tests.test_replay import small_study
 
-pytestmark = pytest.mark.integration
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = [pytest.mark.integration, pytest.mark.needs("java")]  # hop validate runs Spark
 
 
 @pytest.fixture(scope="module")
@@ -108,11 +107,13 @@ def test_report_is_self_contained(validated: Path) -> None:
     assert "http://" not in page and "https://" not in page
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make test installs it)")
+@pytest.mark.needs("chromium")
 def test_report_renders_in_headless_chromium(validated: Path, tmp_path: Path) -> None:
     shot = validated / "report.png"
+    chromium = chromium_path()
+    assert chromium is not None
     subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
          "--no-first-run", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars",
          f"--screenshot={shot}", "--window-size=1200,6000",
