@@ -87,13 +87,15 @@ def test_the_installed_hop_runs_the_pipeline_from_outside_the_checkout(
     wheel: Path, tmp_path: Path
 ) -> None:
     venv = tmp_path / "venv"
-    assert _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path).returncode == 0
+    made = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path)
+    assert made.returncode == 0, made.stderr
     python = venv / "bin" / "python"
     install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps"]
     installed = _run([*install, "--quiet", str(wheel)], tmp_path)
     assert installed.returncode == 0, installed.stderr
-    site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path)
-    (Path(site.stdout.strip()) / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(_run([str(python), "-c", purelib], tmp_path).stdout.strip())
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
     work = tmp_path / "elsewhere"
     work.mkdir()
