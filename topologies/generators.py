@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from topologies.model import BrokerSpec, CaseStudy, EventSpec, Topology
+from topologies.model import BrokerSpec, CaseStudy, Deployment, EventSpec, Topology
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_BASE_PORT = 7000
@@ -123,7 +123,30 @@ def to_toml(study: Topology | CaseStudy) -> str:
             f"rate_scale = {scenario.rate_scale!r}",
             f"rates = {{{rates}}}",
         ]
+    lines += _deployment_lines(study.deployment)
     return "\n".join(lines) + "\n"
+
+
+def _deployment_lines(deployment: Deployment) -> list[str]:
+    """The [deployment] table, where it differs from the defaults."""
+    if deployment == Deployment():
+        return []
+    lines = ["", "[deployment]", f"clients = {_str(deployment.clients)}"]
+    for key in ("launcher", "python", "workdir", "copy_to", "copy_from"):
+        value = getattr(deployment, key)
+        if value is not None:
+            lines.append(f"{key} = {_str(value)}")
+    for host in deployment.hosts.values():
+        lines += ["", "[[deployment.hosts]]", f"address = {_str(host.address)}"]
+        if host.name:
+            lines.append(f"name = {_str(host.name)}")
+        if host.launcher is not None:
+            lines.append(f"launcher = {_str(host.launcher)}")
+    for process in deployment.processes:
+        lines += ["", "[[deployment.processes]]", f"host = {_str(process.host)}"]
+        lines.append(f"publishers = {_value(process.publishers)}")
+        lines.append(f"subscribers = {_value(process.subscribers)}")
+    return lines
 
 
 def _event_lines(event: EventSpec) -> list[str]:

@@ -29,6 +29,12 @@ Keys (required ones marked *; anything else is an error):
   false). Relative paths are resolved against the file's folder; every named file must
   exist. The files hold the secrets and keys; the topology only names them.
 
+- [deployment], for replays (docs/across-hosts.md): clients ("process" | "broker" |
+  "single"), launcher, python, workdir, copy_to, copy_from (command templates with
+  {command}, {command_line}, {host}, {address}, {path}, {dest}), [[deployment.hosts]]
+  (address*, name, launcher) and [[deployment.processes]] (host*, publishers,
+  subscribers: client placement by hand).
+
 Ids are integers from 1. Every problem becomes a `TopologyError` naming the file and
 the field, e.g. ``siena15.toml: brokers[3].parent: broker 99 does not exist``; array
 indexes in field names count from 0, in file order.
@@ -46,10 +52,14 @@ from typing import Any, NoReturn
 
 from topologies.model import (
     ARRIVALS,
+    CLIENT_MODES,
     ROUTINGS,
     BrokerSpec,
     CaseStudy,
+    Deployment,
     EventSpec,
+    HostSpec,
+    ProcessSpec,
     PublisherSpec,
     Scenario,
     Security,
@@ -75,6 +85,17 @@ _TOP_KEYS = (
     "auth_secret_file",
     "client_secret_file",
     "tls",
+    "deployment",
+)
+_DEPLOYMENT_KEYS = (
+    "clients",
+    "launcher",
+    "python",
+    "workdir",
+    "copy_to",
+    "copy_from",
+    "hosts",
+    "processes",
 )
 _TLS_KEYS = ("ca", "cert", "key", "verify_clients")
 _WORKLOAD_KEYS = ("event_type", "families", "duration_s", "warmup_s", "drain_s", "seed")
@@ -143,12 +164,14 @@ def _case_study(
     topology = replace(topology, security=_security(doc, Path(file).parent))
     workload = _workload(doc["workload"], "workload") if "workload" in doc else None
     publishers = _publishers(doc, topology)
+    subscribers = _subscribers(doc, topology, filter_parser)
     return CaseStudy(
         topology=topology,
         workload=workload,
         publishers=publishers,
-        subscribers=_subscribers(doc, topology, filter_parser),
+        subscribers=subscribers,
         scenarios=_scenarios(doc, publishers),
+        deployment=_deployment(doc, publishers, subscribers),
     )
 
 
@@ -410,6 +433,98 @@ def _scenarios(doc: dict[str, Any], publishers: dict[int, PublisherSpec]) -> dic
             rates[publisher_id] = _number(rate, f"{at}.rates.{key}")
         scenarios[name] = Scenario(name, rate_scale, rates)
     return scenarios
+
+
+def _deployment(
+    doc: dict[str, Any],
+    publishers: dict[int, PublisherSpec],
+    subscribers: dict[int, SubscriberSpec],
+) -> Deployment:
+    if "deployment" not in doc:
+        return Deployment()
+    entry = _keys(doc["deployment"], "deployment", required=(), allowed=_DEPLOYMENT_KEYS)
+    defaults = Deployment()
+    clients = entry.get("clients", defaults.clients)
+    if clients not in CLIENT_MODES:
+        _fail("deployment.clients", f"must be one of {_choices(CLIENT_MODES)}, got {clients!r}")
+    texts = {}
+    for key in ("launcher", "copy_to", "copy_from"):
+        value = entry.get(key, getattr(defaults, key))
+        if key != "launcher" and value == "":
+            texts[key] = ""  # a shared filesystem: nothing to copy
+        else:
+            texts[key] = _string(value, f"deployment.{key}")
+    _template(texts["launcher"], "deployment.launcher", launcher=True)
+    for key in ("copy_to", "copy_from"):
+        _template(texts[key], f"deployment.{key}")
+    hosts: dict[str, HostSpec] = {}
+    for i, item in enumerate(_array_of_tables(entry.get("hosts", []), "deployment.hosts")):
+        at = f"deployment.hosts[{i}]"
+        item = _keys(item, at, required=("address",), allowed=("address", "name", "launcher"))
+        address = _string(item["address"], f"{at}.address")
+        if address in hosts:
+            _fail(f"{at}.address", f"host {address} is listed twice")
+        launcher = item.get("launcher")
+        if launcher is not None:
+            _template(_string(launcher, f"{at}.launcher"), f"{at}.launcher", launcher=True)
+        hosts[address] = HostSpec(address, _string(item.get("name", ""), f"{at}.name"), launcher)
+    names = [h.name for h in hosts.values() if h.name]
+    if len(names) != len(set(names)):
+        _fail("deployment.hosts", "two hosts have the same name")
+    known_hosts = set(hosts) | set(names)
+    placed: dict[tuple[str, int], str] = {}
+    processes = []
+    allowed = ("host", "publishers", "subscribers")
+    for i, item in enumerate(_array_of_tables(entry.get("processes", []), "deployment.processes")):
+        at = f"deployment.processes[{i}]"
+        item = _keys(item, at, required=("host",), allowed=allowed)
+        host = _string(item["host"], f"{at}.host")
+        if "." not in host and ":" not in host and host not in known_hosts | {"localhost"}:
+            _fail(f"{at}.host", f"{host!r} is neither an address nor a name in deployment.hosts")
+        ids = {}
+        known_ids: dict[str, dict[int, Any]] = {
+            "publishers": publishers,
+            "subscribers": subscribers,
+        }
+        for kind, known in known_ids.items():
+            values = item.get(kind, [])
+            if not isinstance(values, list):
+                _fail(f"{at}.{kind}", "must be an array of ids")
+            ids[kind] = tuple(_int(v, f"{at}.{kind}[{j}]", 1) for j, v in enumerate(values))
+            for client_id in ids[kind]:
+                if client_id not in known:
+                    _fail(f"{at}.{kind}", f"{kind[:-1]} {client_id} does not exist")
+                if (kind, client_id) in placed:
+                    _fail(f"{at}.{kind}", f"{kind[:-1]} {client_id} is placed twice")
+                placed[(kind, client_id)] = at
+        if not ids["publishers"] and not ids["subscribers"]:
+            _fail(at, "names no publisher and no subscriber")
+        processes.append(ProcessSpec(host, ids["publishers"], ids["subscribers"]))
+    python = entry.get("python")
+    workdir = entry.get("workdir")
+    return Deployment(
+        clients=clients,
+        launcher=texts["launcher"],
+        python=None if python is None else _string(python, "deployment.python"),
+        workdir=None if workdir is None else _string(workdir, "deployment.workdir"),
+        copy_to=texts["copy_to"],
+        copy_from=texts["copy_from"],
+        hosts=hosts,
+        processes=tuple(processes),
+    )
+
+
+_PLACEHOLDERS = {"command", "command_line", "host", "address", "path", "dest"}
+
+
+def _template(text: str, at: str, launcher: bool = False) -> None:
+    """A command template: known {placeholders} only; a launcher runs the command."""
+    found = set(re.findall(r"\{([^{}]*)\}", text))
+    unknown = found - _PLACEHOLDERS
+    if unknown:
+        _fail(at, f"unknown placeholder(s) {_choices(sorted(unknown))}")
+    if launcher and not found & {"command", "command_line"}:
+        _fail(at, "must contain {command} or {command_line}")
 
 
 def _client_id(entry: dict[str, Any], at: str, seen: dict[int, Any], kind: str) -> int:

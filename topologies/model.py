@@ -198,6 +198,72 @@ class Scenario:
     """Publisher id -> events/s, applied after `rate_scale`."""
 
 
+ClientMode = Literal["process", "broker", "single"]
+CLIENT_MODES: tuple[ClientMode, ...] = ("process", "broker", "single")
+
+DEFAULT_LAUNCHER = "ssh -o BatchMode=yes {address} {command_line}"
+DEFAULT_COPY_TO = "scp -q {path} {address}:{dest}"
+DEFAULT_COPY_FROM = "scp -q -r {address}:{path}/. {dest}"
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """A host processes run on, known by the address its brokers listen on."""
+
+    address: str
+    name: str = ""
+    """The name launcher templates get as {host} (default: the address)."""
+    launcher: str | None = None
+    """How to run a command there (None: the deployment's launcher)."""
+
+    @property
+    def label(self) -> str:
+        return self.name or self.address
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One client process placed by hand: which clients it runs, and on which host."""
+
+    host: str
+    """An address, or the name of a [[deployment.hosts]] entry."""
+    publishers: tuple[int, ...] = ()
+    subscribers: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Where a replay runs its processes and how it reaches other hosts
+    (docs/across-hosts.md, "Replaying across hosts")."""
+
+    clients: ClientMode = "process"
+    """Client processes by default: one per client, one per home broker, or one for
+    all (the single-process mode)."""
+    launcher: str = DEFAULT_LAUNCHER
+    """A command template run on hosts that are not this one; {command} stands for the
+    command's words, {command_line} for them as one shell-quoted string, {host} and
+    {address} for the host. "{command}" alone runs the command here."""
+    python: str | None = None
+    """The Python on other hosts (None: the path of this one's)."""
+    workdir: str | None = None
+    """The run folder on other hosts (None: RUN_DIR's absolute path)."""
+    copy_to: str = DEFAULT_COPY_TO
+    """Puts a file ({path}) on a host at {dest}; "" for a shared filesystem."""
+    copy_from: str = DEFAULT_COPY_FROM
+    """Gathers a host's folder ({path}) into {dest}; "" for a shared filesystem."""
+    hosts: dict[str, HostSpec] = field(default_factory=dict)
+    """By address."""
+    processes: tuple[ProcessSpec, ...] = ()
+
+    def host(self, name_or_address: str) -> HostSpec:
+        """The host an address or a host name means (an unlisted address: a host of
+        its own with the deployment's launcher)."""
+        for spec in self.hosts.values():
+            if spec.name == name_or_address:
+                return spec
+        return self.hosts.get(name_or_address, HostSpec(name_or_address))
+
+
 @dataclass(frozen=True)
 class CaseStudy:
     """A topology plus the clients and workload that run on it."""
@@ -207,6 +273,7 @@ class CaseStudy:
     publishers: dict[int, PublisherSpec] = field(default_factory=dict)
     subscribers: dict[int, SubscriberSpec] = field(default_factory=dict)
     scenarios: dict[str, Scenario] = field(default_factory=dict)
+    deployment: Deployment = field(default_factory=Deployment)
 
     def rates_for(self, scenario_name: str | None = None) -> dict[int, float]:
         """Publisher id -> events/s in a scenario (None: the publishers' own rates)."""
