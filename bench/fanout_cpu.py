@@ -37,8 +37,7 @@ from bench.throughput import (
     HopSystem,
     saturation,
 )
-from broker.process import unwind_on_sigterm
-from monitor.replay import process_cpu_s
+from broker.process import process_cpu_s, unwind_on_sigterm
 
 GC_MODES = ("default", "tuned", "off")
 GC_TUNED_THRESHOLD = 50_000

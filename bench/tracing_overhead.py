@@ -36,7 +36,7 @@ import trio
 
 from bench.common import median, write_result
 from broker.local_network import free_base_port
-from broker.process import BrokerProcesses, unwind_on_sigterm
+from broker.process import BrokerProcesses, process_cpu_s, unwind_on_sigterm
 from broker.protocol import (
     DELIVERIES_HEAD,
     PROTOCOL_VERSION,
@@ -48,7 +48,6 @@ from broker.protocol import (
     Welcome,
     encode_frame,
 )
-from monitor.replay import process_cpu_s
 from routing import parse_filter
 from topologies.generators import chain, to_toml
 

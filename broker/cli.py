@@ -127,7 +127,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         security=BrokerSecurity.from_topology(study.topology, secret_file(args)),
         **_fault_options(args),
     )
-    run_broker(study.topology, args.id, config)
+    run_broker(study.topology, args.id, config, stop_on_eof=args.stop_on_eof)
     return EXIT_OK
 
 
@@ -288,6 +288,11 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser("broker", help="run one broker of a topology file", parents=[common])
     p.add_argument("file", help=FILE_HELP)
     p.add_argument("--id", type=int, required=True, help="the broker's id in the file")
+    p.add_argument(
+        "--stop-on-eof",
+        action="store_true",
+        help="stop (as on SIGTERM) when standard input ends: for brokers started remotely",
+    )
     add_trace_options(p)
     add_broker_options(p)
     add_fault_options(p)

@@ -3,36 +3,47 @@ of child processes (`hop net`), each stopped by PID."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import os
 import signal
 import socket
 import subprocess
-import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import trio
 
+from broker.hosts import launch_command, python_on, runs_here
 from broker.probe import fetch_stats
 from broker.protocol import ProtocolError
 from broker.security import ClientCredentials
 from broker.server import Broker, BrokerConfig
-from topologies import Topology
+from topologies import Deployment, HostSpec, Topology
 
 
 class StartupError(RuntimeError):
     """A broker could not start (for example, its port is taken)."""
 
 
-def run_broker(topology: Topology, broker_id: int, config: BrokerConfig | None = None) -> None:
+def run_broker(
+    topology: Topology,
+    broker_id: int,
+    config: BrokerConfig | None = None,
+    stop_on_eof: bool = False,
+) -> None:
     """Run one broker until SIGINT or SIGTERM; StartupError if it cannot listen.
 
     On the signal the broker drains (`Broker.drain`: what it accepted reaches the
-    connected peers, within `drain_timeout_s`) and then flushes its trace.
+    connected peers, within `drain_timeout_s`) and then flushes its trace. With
+    `stop_on_eof`, the end of its standard input stops it the same way: how a broker
+    started on another host (through ssh, say) is stopped by the host that started it.
     """
+    if stop_on_eof:
+        threading.Thread(target=_sigterm_at_eof, daemon=True).start()
     broker = Broker(topology, broker_id, config)
     # The start-up heap (trio, msgpack, pyarrow when tracing: ~10^5 objects) never
     # becomes garbage; freezing it keeps every full collection from walking it again.
@@ -53,6 +64,13 @@ def run_broker(topology: Topology, broker_id: int, config: BrokerConfig | None =
     trio.run(main)
 
 
+def _sigterm_at_eof() -> None:
+    with contextlib.suppress(OSError):
+        while os.read(0, 65536):
+            pass
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _listen_problem(topology: Topology, broker_id: int, exc: OSError) -> str:
     host, port = topology.address(broker_id)
     reason = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
@@ -69,6 +87,12 @@ def unwind_on_sigterm() -> None:
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def port_accepts(host: str, port: int, timeout: float = 0.2) -> bool:
@@ -91,29 +115,70 @@ class BrokerProcesses:
         topology: Topology,
         extra_args: Sequence[str] = (),
         credentials: ClientCredentials | None = None,
+        deployment: Deployment | None = None,
+        elsewhere: tuple[str, str] | None = None,
     ):
+        """`deployment` says how to start brokers on other hosts (default: every broker
+        here); `elsewhere` is (folder here, its path there): arguments under the folder
+        are given with the other path to brokers on other hosts (a replay's RUN_DIR and
+        its workdir there)."""
         self.topology_file = topology_file
         self.topology = topology
         self.extra_args = list(extra_args)
         self.credentials = credentials or ClientCredentials.for_network(topology)
+        self.deployment = deployment or Deployment()
+        self.elsewhere = elsewhere
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.started_at: dict[int, float] = {}
+
+    def host_of(self, broker_id: int) -> HostSpec:
+        return self.deployment.host(self.topology.address(broker_id)[0])
+
+    def _here(self, broker_id: int) -> bool:
+        return runs_here(self.host_of(broker_id), self.deployment)
 
     def start(self, broker_ids: Sequence[int] | None = None, log_dir: Path | None = None) -> None:
         for broker_id in broker_ids or sorted(self.topology.brokers):
             self.start_one(broker_id, log_dir)
 
     def start_one(self, broker_id: int, log_dir: Path | None = None) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "broker.cli", "broker", str(self.topology_file)]
-        cmd += ["--id", str(broker_id), *self.extra_args]
+        """Start one broker: here as a child process, on another host through the
+        deployment's launcher (with --stop-on-eof: closing its input stops it, whatever
+        the launcher does with signals)."""
+        host = self.host_of(broker_id)
+        here = self._here(broker_id)
+        args = [str(self.topology_file), "--id", str(broker_id), *self.extra_args]
+        if not here:
+            args = [self._there(arg) for arg in args] + ["--stop-on-eof"]
+        words = [python_on(host, self.deployment), "-m", "broker.cli", "broker", *args]
+        cmd = words if here else launch_command(host, self.deployment, words)
         stderr = None
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
             stderr = (log_dir / f"broker-{broker_id}.log").open("ab")
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=stderr)
-        if stderr is not None:
-            stderr.close()
+        try:
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL if here else subprocess.PIPE, stderr=stderr
+            )
+        except OSError as exc:
+            raise StartupError(
+                f"broker {broker_id} on host {host.label}: cannot run {cmd[0]!r}: {exc}"
+            ) from None
+        finally:
+            if stderr is not None:
+                stderr.close()
         self.procs[broker_id] = proc
+        self.started_at[broker_id] = time.monotonic()
         return proc
+
+    def _there(self, arg: str) -> str:
+        """An argument as a broker on another host must see it."""
+        if self.elsewhere is None:
+            return arg
+        here, there = self.elsewhere
+        if arg == here or arg.startswith(here.rstrip("/") + "/"):
+            return there.rstrip("/") + arg[len(here.rstrip("/")) :]
+        return arg
 
     def wait_listening(self, timeout: float = 20.0) -> None:
         """Wait until every broker answers on its port; StartupError if one exits.
@@ -126,7 +191,10 @@ class BrokerProcesses:
         while waiting:
             for broker_id, proc in list(waiting.items()):
                 if proc.poll() is not None:
-                    raise StartupError(f"broker {broker_id} exited with code {proc.returncode}")
+                    raise StartupError(
+                        f"broker {broker_id} on host {self.host_of(broker_id).label} "
+                        f"exited with code {proc.returncode}"
+                    )
                 if self._answers(broker_id, proc.pid):
                     del waiting[broker_id]
             if time.monotonic() > deadline:
@@ -180,9 +248,13 @@ class BrokerProcesses:
             stats = fetch_stats(
                 host, port, timeout=2.0, secret=creds.secret, ssl_context=creds.ssl_context
             )
-            return stats["pid"] == pid
-        except (OSError, ProtocolError, KeyError):
+        except (OSError, ProtocolError):
             return False
+        if self._here(broker_id):
+            return stats.get("pid") == pid
+        # Started elsewhere, its pid is not ours to know: it must be younger than the
+        # launch, so a broker left from before on that port does not count.
+        return stats.get("uptime_s", 1e9) <= time.monotonic() - self.started_at[broker_id] + 1
 
     def failed(self) -> dict[int, int]:
         """Brokers that have exited, with their exit codes."""
@@ -195,8 +267,12 @@ class BrokerProcesses:
         proc.wait()
 
     def stop(self, timeout: float = 5.0) -> dict[int, int]:
-        """SIGTERM every broker, SIGKILL what is left after `timeout`; exit codes."""
+        """SIGTERM every broker (and close the input of those started elsewhere),
+        SIGKILL what is left after `timeout`; exit codes."""
         for proc in self.procs.values():
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout

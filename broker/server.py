@@ -806,6 +806,9 @@ class Broker:
             "broker": self.name,
             "topology": self.topology.name,
             "pid": os.getpid(),
+            "cpu_s": time.process_time(),  # replay's CPU per phase of brokers anywhere
+            "trace_file": "" if self.tracer is None else str(self.tracer.path),
+            "run_id": self.config.run_id,
             "uptime_s": round((time.time_ns() - self.started_ns) / 1e9, 3),
             "time_ns": time.time_ns(),  # the broker's wall clock (replay's clock offsets)
             "routing": router["strategy"],

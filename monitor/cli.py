@@ -34,6 +34,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         warmup_s=args.warmup,
         quiet=args.quiet,
         rate_scale=args.rate_scale,
+        attach=args.attach,
     )
     c = result.counts
     print(
@@ -117,6 +118,12 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=float, help="warm-up seconds (default: the file's)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiply every rate")
+    p.add_argument(
+        "--attach",
+        action="store_true",
+        help="drive brokers already running (each started with hop broker FILE --id N "
+        "--trace-dir DIR) instead of starting them, and gather their traces",
+    )
     p.set_defaults(func=cmd_replay)
 
     p = command("analyze", "Spark jobs over RUN_DIR's traces -> RUN_DIR/analysis/")

@@ -1,43 +1,53 @@
 """`hop replay`: run a case study's workload on a live broker network and record it.
 
-Steps: start one process per broker with tracing on; connect every subscriber and
-wait until all subscriptions are in force (acknowledged); publish at the
-configured rates through warm-up and measurement; stop publishing and drain;
-stop the brokers with SIGTERM (which flushes their traces); write the manifest;
-check from the traces that every publication reached every subscriber whose
-filters match it. Publishers and subscribers all run as trio tasks in this
-process (at the case study's rates one process is far from being a bottleneck).
+Steps: start one process per broker with tracing on, on the host the topology gives
+it (or attach to brokers already running); start the client processes where the
+case study's [deployment] places them (by default one per client, on its home
+broker's host: `monitor.placement`), each connecting its clients and waiting until its
+subscriptions are in force; estimate every process's clock offset; start publishing at
+one instant everywhere, through warm-up and measurement; drain; stop every process
+(the brokers with SIGTERM, which flushes their traces); gather the traces of other
+hosts into RUN_DIR; write the manifest; check from the traces that every publication
+reached every subscriber whose filters match it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
-import sys
 import time
-from contextlib import AsyncExitStack
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import trio
-from tqdm import tqdm
 
-import client
-from broker.probe import clock_offset
+from broker.hosts import copy_command, launch_command, runs_here
+from broker.probe import clock_offset, fetch_stats
 from broker.process import BrokerProcesses
+from broker.protocol import ProtocolError
 from broker.security import ClientCredentials
 from broker.trace.schema import TRACE_VERSION
+from monitor.coordinate import ClientProcessError, Coordinator, Schedule
+from monitor.driver import Plan
 from monitor.errors import InputError
+from monitor.placement import ClientProcess, client_processes
 from monitor.traces import read_table
-from monitor.tracing import ClientRecorder, attributes_from_json
-from monitor.workload import EventGenerator
+from monitor.tracing import attributes_from_json
 from routing import parse_filter
-from topologies import CaseStudy, load_case_study, publisher_name, subscriber_name
+from topologies import (
+    CaseStudy,
+    HostSpec,
+    load_case_study,
+    subscriber_name,
+)
 from topologies.model import Workload
 
 
@@ -88,10 +98,13 @@ def replay(
     warmup_s: float | None = None,
     quiet: bool = False,
     rate_scale: float = 1.0,
+    attach: bool = False,
 ) -> ReplayResult:
     """Run the case study in `study_file` and leave traces and a manifest in `run_dir`.
 
-    `rate_scale` multiplies every publisher's rate (after the scenario's).
+    `rate_scale` multiplies every publisher's rate (after the scenario's). With
+    `attach`, the brokers are not started: they already run (each started with
+    `hop broker FILE --id N --trace-dir DIR`), and their traces are gathered after.
     """
     study = load_case_study(study_file, filter_parser=parse_filter)
     workload = study.workload or Workload()
@@ -101,6 +114,8 @@ def replay(
         workload = replace(workload, warmup_s=warmup_s)
     if rate_scale <= 0:
         raise InputError(f"rate scale must be positive, got {rate_scale}")
+    if not study.publishers or not study.subscribers:
+        raise InputError(f"{study_file}: a replay needs [[publishers]] and [[subscribers]]")
     rates = {p: r * rate_scale for p, r in study.rates_for(scenario).items()}
     traces = run_dir / "traces"
     if traces.exists() and any(traces.iterdir()):
@@ -110,27 +125,226 @@ def replay(
     shutil.copyfile(study_file, copy)
     run_id = f"{study.topology.name}-{scenario or 'base'}-{time.strftime('%Y%m%dT%H%M%S')}"
     creds = ClientCredentials.for_network(study.topology)
+    site = Site(study, run_dir)
     procs = BrokerProcesses(
-        copy, study.topology, ["--trace-dir", str(traces), "--run-id", run_id], creds
+        copy,
+        study.topology,
+        ["--trace-dir", str(traces), "--run-id", run_id],
+        creds,
+        study.deployment,
+        elsewhere=(str(site.here_dir), site.there_dir),
     )
+    clients = client_processes(study, site.here)
+    site.prepare(
+        [procs.host_of(b) for b in ([] if attach else sorted(study.topology.brokers))]
+        + [c.host for c in clients]
+    )
+    phases = Phases()
+    offsets: dict[str, dict[str, int]] = {}
+    processes: list[dict[str, Any]] = []
+    codes: dict[int, int] = {}
+    error: Exception | None = None
     try:
-        procs.start(log_dir=run_dir / "logs")
-        # Each broker waits for its trace writer (pyarrow imported and warmed up, ~0.3 s of
-        # CPU besides the broker's own start): allow for 15 on 2 cores, and a busy host.
-        procs.wait_listening(timeout=30.0 + 3.0 * len(study.topology.brokers))
+        if not attach:
+            procs.start(log_dir=run_dir / "logs")
+            # Each broker waits for its trace writer (pyarrow imported and warmed up, ~0.3 s
+            # of CPU besides the broker's own start): allow for 15 on 2 cores, a busy host.
+            procs.wait_listening(timeout=30.0 + 3.0 * len(study.topology.brokers))
         procs.wait_linked()
+        attached = _attached_traces(study, creds) if attach else {}
         offsets = clock_offsets(study, creds)
-        pids = {str(b): p.pid for b, p in procs.procs.items()}
-        phases = trio.run(_drive, study, workload, rates, traces, run_id, quiet, pids, creds)
+        plan = _planner(study, site, workload, rates, run_id)
+        coordinator = Coordinator(clients, study.deployment, plan, run_dir / "logs", quiet)
+        phases, processes = trio.run(_coordinate, coordinator, study, creds, workload)
+    except ClientProcessError as exc:
+        error = exc
     finally:
-        codes = procs.stop()
+        if not attach:
+            codes = procs.stop()
+        site.gather(error)
+    if attach:
+        site.gather_attached(attached, procs)
     failed = {b: c for b, c in codes.items() if c != 0}
     counts = check_deliveries(run_dir, study)
     result = ReplayResult(run_dir, run_id, phases, counts, offsets)
-    write_manifest(result, study, study_file, scenario, workload, rates, failed)
+    write_manifest(
+        result, study, study_file, scenario, workload, rates, failed, processes, attach, error
+    )
+    if error is not None:
+        raise ReplayError(f"{error} (what was recorded is in {run_dir})")
     if failed:
         raise ReplayError(f"brokers exited with errors: {failed} (see {run_dir / 'logs'})")
     return result
+
+
+class Site:
+    """The hosts of one replay and the run folder on each: RUN_DIR here, the
+    deployment's workdir on the others, where the case study is put before and from
+    where traces are gathered after (both by the deployment's copy templates)."""
+
+    def __init__(self, study: CaseStudy, run_dir: Path) -> None:
+        self.deployment = study.deployment
+        self.run_dir = run_dir
+        self.here_dir = run_dir.resolve()
+        self.there_dir = self.deployment.workdir or str(self.here_dir)
+        self.here = HostSpec("127.0.0.1", "here")
+        self.others: dict[str, HostSpec] = {}
+
+    def prepare(self, hosts: list[HostSpec]) -> None:
+        """Make the run folder on every other host and put the case study there."""
+        for host in hosts:
+            if not runs_here(host, self.deployment):
+                self.others.setdefault(host.address, host)
+        for host in self.others.values():
+            mkdir = ["mkdir", "-p", f"{self.there_dir}/traces"]
+            _run_or_fail(launch_command(host, self.deployment, mkdir), host, "make the run folder")
+            put = copy_command(
+                self.deployment.copy_to,
+                host,
+                str(self.here_dir / "case_study.toml"),
+                f"{self.there_dir}/case_study.toml",
+            )
+            if put is not None:
+                _run_or_fail(put, host, "copy the case study")
+
+    def gather(self, error: Exception | None) -> None:
+        """Every other host's traces into RUN_DIR/traces (after a failure too: what was
+        recorded is kept; a copy that fails then is reported, not raised)."""
+        for host in self.others.values():
+            fetch = copy_command(
+                self.deployment.copy_from,
+                host,
+                f"{self.there_dir}/traces",
+                str(self.here_dir / "traces"),
+            )
+            if fetch is None:
+                continue
+            try:
+                _run_or_fail(fetch, host, "fetch the traces")
+            except ReplayError:
+                if error is None:
+                    raise
+
+    def gather_attached(self, files: dict[int, str], procs: BrokerProcesses) -> None:
+        """The trace files of brokers a user started, into RUN_DIR/traces."""
+        dest = self.here_dir / "traces"
+        for broker_id, path in files.items():
+            host = procs.host_of(broker_id)
+            if runs_here(host, self.deployment) or not self.deployment.copy_from:
+                source = Path(path)
+                if not source.is_file():
+                    raise ReplayError(f"broker {broker_id}: trace file {path} is not readable here")
+                shutil.copyfile(source, dest / source.name)
+                continue
+            folder = dest / f".broker{broker_id}"
+            folder.mkdir(exist_ok=True)
+            source_dir = str(Path(path).parent)
+            fetch = copy_command(self.deployment.copy_from, host, source_dir, str(folder))
+            assert fetch is not None
+            _run_or_fail(fetch, host, f"fetch broker {broker_id}'s trace")
+            shutil.move(folder / Path(path).name, dest / Path(path).name)
+            shutil.rmtree(folder)
+
+
+def _run_or_fail(cmd: list[str], host: HostSpec, what: str) -> None:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ReplayError(f"host {host.label}: cannot {what}: {exc}") from None
+    if done.returncode != 0:
+        said = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
+        raise ReplayError(f"host {host.label}: cannot {what} ({shlex.join(cmd)}): {said[0]}")
+
+
+def _attached_traces(study: CaseStudy, creds: ClientCredentials) -> dict[int, str]:
+    """The trace file of every running broker; ReplayError for one not tracing."""
+    files = {}
+    for broker_id in sorted(study.topology.brokers):
+        host, port = study.topology.address(broker_id)
+        stats = fetch_stats(host, port, secret=creds.secret, ssl_context=creds.ssl_context)
+        if not stats.get("trace_file"):
+            raise ReplayError(
+                f"broker {broker_id} at {host}:{port} is not tracing: start it with "
+                "hop broker FILE --id N --trace-dir DIR"
+            )
+        files[broker_id] = stats["trace_file"]
+    return files
+
+
+def _planner(
+    study: CaseStudy, site: Site, workload: Workload, rates: dict[int, float], run_id: str
+) -> Callable[[ClientProcess], Plan]:
+    def plan(process: ClientProcess) -> Plan:
+        here = runs_here(process.host, study.deployment)
+        folder = str(site.here_dir) if here else site.there_dir
+        return Plan(
+            name=process.name,
+            study_file=f"{folder}/case_study.toml",
+            trace_dir=f"{folder}/traces",
+            run_id=run_id,
+            workload=asdict(workload),
+            rates={str(p): rate for p, rate in rates.items()},
+            publishers=list(process.publishers),
+            subscribers=list(process.subscribers),
+        )
+
+    return plan
+
+
+async def _coordinate(
+    coordinator: Coordinator, study: CaseStudy, creds: ClientCredentials, workload: Workload
+) -> tuple[Phases, list[dict[str, Any]]]:
+    """Start the client processes, run the phases, stop them; the phases (this host's
+    clock) with every process's CPU in the measurement window."""
+    phases = Phases()
+    try:
+        async with trio.open_nursery() as nursery:
+            await coordinator.start(nursery)
+            await coordinator.measure_offsets()
+            phases.start_ns = await coordinator.go()
+            phases.measure_start_ns = phases.start_ns + int(workload.warmup_s * 1e9)
+            phases.measure_end_ns = phases.measure_start_ns + int(workload.duration_s * 1e9)
+            cpu_before: dict[str, float] = {}
+
+            async def broker_cpu() -> None:
+                await trio.sleep_until(_trio_at(phases.measure_start_ns))
+                cpu_before.update(await _broker_cpu(study, creds))
+                await trio.sleep_until(_trio_at(phases.measure_end_ns))
+                after = await _broker_cpu(study, creds)
+                for b, cpu in after.items():
+                    if b in cpu_before:
+                        phases.cpu_s[b] = round(cpu - cpu_before[b], 4)
+
+            nursery.start_soon(broker_cpu)
+            schedule = Schedule(workload.warmup_s, workload.duration_s, workload.drain_s)
+            await coordinator.run_phases(schedule)
+            phases.drain_end_ns = time.time_ns()
+            nursery.cancel_scope.cancel()
+    finally:
+        await coordinator.stop()
+    started = coordinator.started.values()
+    phases.cpu_s["clients"] = round(sum(s.cpu_s for s in started), 4)
+    return phases, [s.record() for s in started]
+
+
+def _trio_at(wall_ns: int) -> float:
+    """The trio clock's reading at a wall-clock instant."""
+    return trio.current_time() + (wall_ns - time.time_ns()) / 1e9
+
+
+async def _broker_cpu(study: CaseStudy, creds: ClientCredentials) -> dict[str, float]:
+    """Each broker's CPU seconds so far, from its stats (wherever it runs)."""
+
+    def ask() -> dict[str, float]:
+        out = {}
+        for broker_id in sorted(study.topology.brokers):
+            host, port = study.topology.address(broker_id)
+            with contextlib.suppress(OSError, ProtocolError, KeyError):
+                stats = fetch_stats(host, port, secret=creds.secret, ssl_context=creds.ssl_context)
+                out[str(broker_id)] = float(stats["cpu_s"])
+        return out
+
+    return await trio.to_thread.run_sync(ask)
 
 
 def clock_offsets(study: CaseStudy, creds: ClientCredentials) -> dict[str, dict[str, int]]:
@@ -142,161 +356,6 @@ def clock_offsets(study: CaseStudy, creds: ClientCredentials) -> dict[str, dict[
         estimate = clock_offset(host, port, secret=creds.secret, ssl_context=creds.ssl_context)
         out[str(broker_id)] = asdict(estimate)
     return out
-
-
-async def _drive(
-    study: CaseStudy,
-    workload: Workload,
-    rates: dict[int, float],
-    traces: Path,
-    run_id: str,
-    quiet: bool,
-    pids: dict[str, int],
-    creds: ClientCredentials,
-) -> Phases:
-    recorder = ClientRecorder(traces, run_id)
-    topology = study.topology
-    connect: dict[str, Any] = {"secret": creds.secret, "ssl_context": creds.ssl_context}
-    phases = Phases()
-    delivered = [0]
-    try:
-        async with trio.open_nursery() as nursery, AsyncExitStack() as stack:
-            for spec in study.subscribers.values():
-                name = subscriber_name(spec.id)
-                c = await stack.enter_async_context(
-                    client.open_client(*topology.address(spec.broker), name=name, **connect)
-                )
-                for text in spec.filters:
-                    sub = await c.subscribe(text)
-                    nursery.start_soon(_record, sub, name, str(spec.broker), recorder, delivered)
-            publishers = []
-            for spec in study.publishers.values():
-                c = await stack.enter_async_context(
-                    client.open_client(
-                        *topology.address(spec.broker), name=publisher_name(spec.id), **connect
-                    )
-                )
-                publishers.append((c, spec, EventGenerator(workload, spec, rates[spec.id])))
-            phases.start_ns = time.time_ns()
-            phases.measure_start_ns = phases.start_ns + int(workload.warmup_s * 1e9)
-            phases.measure_end_ns = phases.measure_start_ns + int(workload.duration_s * 1e9)
-            stop_at = trio.current_time() + workload.warmup_s + workload.duration_s
-            published = [0]
-            async with trio.open_nursery() as publishing:
-                for c, spec, generator in publishers:
-                    publishing.start_soon(
-                        _publish, c, str(spec.broker), generator, stop_at, recorder, published
-                    )
-                publishing.start_soon(_progress, workload, published, delivered, quiet)
-                publishing.start_soon(_measure_cpu, workload, pids, phases.cpu_s)
-            for c, _, _ in publishers:
-                await c.flush()
-            await _drain(workload.drain_s, delivered)
-            phases.drain_end_ns = time.time_ns()
-    finally:
-        recorder.close()
-    return phases
-
-
-async def _publish(
-    c: client.AsyncClient,
-    broker: str,
-    generator: EventGenerator,
-    stop_at: float,
-    recorder: ClientRecorder,
-    published: list[int],
-) -> None:
-    """Publish at the generator's rate until `stop_at` (trio clock), on schedule."""
-    next_at = trio.current_time()
-    publisher = c.name
-    while True:
-        next_at += generator.interarrival_s()
-        if next_at >= stop_at:
-            return
-        await trio.sleep_until(next_at)
-        attributes = generator.event()
-        t_ns = time.time_ns()
-        event_id = await c.publish(attributes)
-        recorder.published(
-            event_id, publisher, broker, attributes, t_ns, len(attributes["payload"])
-        )
-        published[0] += 1
-
-
-async def _record(
-    sub: client.AsyncSubscription,
-    subscriber: str,
-    broker: str,
-    recorder: ClientRecorder,
-    delivered: list[int],
-) -> None:
-    """Record each delivery once per connection: by its lowest matching subscription."""
-    while True:
-        try:
-            d = await sub.next_delivery()
-        except client.ClientError:
-            return
-        if d.sub_ids[0] != sub.id:
-            continue
-        recorder.delivered(
-            d.event_id,
-            d.publisher,
-            subscriber,
-            list(d.sub_ids),
-            broker,
-            list(d.path),
-            d.t_publish_ns,
-            d.t_deliver_ns,
-        )
-        delivered[0] += 1
-
-
-async def _measure_cpu(workload: Workload, pids: dict[str, int], out: dict[str, float]) -> None:
-    """CPU seconds each process spends in the measurement window."""
-    await trio.sleep(workload.warmup_s)
-    before = _cpu_seconds(pids)
-    await trio.sleep(workload.duration_s)
-    after = _cpu_seconds(pids)
-    out.update({name: round(after[name] - before[name], 4) for name in before})
-
-
-def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
-    out = {name: process_cpu_s(pid) for name, pid in pids.items()}
-    out["clients"] = time.process_time()
-    return out
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def _drain(drain_s: float, delivered: list[int]) -> None:
-    """Wait until deliveries stop arriving (0.5 s quiet), at most `drain_s` (>= 1 s)."""
-    deadline = trio.current_time() + max(1.0, drain_s)
-    last = -1
-    while trio.current_time() < deadline and delivered[0] != last:
-        last = delivered[0]
-        await trio.sleep(0.5)
-
-
-async def _progress(
-    workload: Workload, published: list[int], delivered: list[int], quiet: bool
-) -> None:
-    """A live line: phase, events published and delivered, and their rates."""
-    total = workload.warmup_s + workload.duration_s
-    with tqdm(total=round(total), unit="s", disable=quiet, file=sys.stderr) as bar:
-        last_p, last_d = 0, 0
-        for second in range(1, int(total) + 1):
-            await trio.sleep(1.0)
-            phase = "warm-up" if second <= workload.warmup_s else "measure"
-            bar.set_postfix_str(
-                f"{phase}: published {published[0]} ({published[0] - last_p}/s), "
-                f"delivered {delivered[0]} ({delivered[0] - last_d}/s)"
-            )
-            bar.update(1)
-            last_p, last_d = published[0], delivered[0]
 
 
 def check_deliveries(run_dir: Path, study: CaseStudy) -> Counts:
@@ -343,8 +402,12 @@ def write_manifest(
     workload: Workload,
     rates: dict[int, float],
     failed: dict[int, int],
+    processes: list[dict[str, Any]] | None = None,
+    attach: bool = False,
+    error: Exception | None = None,
 ) -> Path:
     """RUN_DIR/manifest.json: what ran, where, when, and what came out of it."""
+    deployment = study.deployment
     manifest: dict[str, Any] = {
         "run_id": result.run_id,
         "case_study": {
@@ -363,6 +426,16 @@ def write_manifest(
         "phases": asdict(result.phases),
         "counts": asdict(result.counts),
         "brokers_failed": {str(k): v for k, v in failed.items()},
+        "deployment": {
+            "clients": deployment.clients,
+            "attached": attach,
+            "hosts": sorted(
+                {study.topology.address(b)[0] for b in study.topology.brokers}
+                | {p["address"] for p in processes or []}
+            ),
+        },
+        "processes": processes or [],
+        "error": None if error is None else str(error),
         "host": {
             "name": platform.node(),
             "cores": os.cpu_count(),
@@ -371,9 +444,11 @@ def write_manifest(
         "python": platform.python_version(),
         "packages": {p: _version(p) for p in ("trio", "msgpack", "pyarrow", "pyspark")},
         "git_revision": _git_revision(),
-        "clock": "every process stamps time.time_ns(); brokers on other hosts have other "
-        "clocks: clock_offsets_ns estimates each broker's offset (its clock minus the "
-        "replay's) at replay start; cpu_ns from time.thread_time_ns() of the broker's thread",
+        "clock": "every process stamps time.time_ns(); the client processes' trace rows are "
+        "written in the replay's clock (each corrected by its process's offset, "
+        "processes[].clock_offset_ns); brokers on other hosts have other clocks: "
+        "clock_offsets_ns estimates each broker's offset (its clock minus the replay's) at "
+        "replay start; cpu_ns from time.thread_time_ns() of the broker's thread",
         "clock_offsets_ns": result.clock_offsets_ns,
         "trace_schema_version": TRACE_VERSION,
     }
