@@ -21,7 +21,7 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -49,6 +49,10 @@ from topologies import (
     subscriber_name,
 )
 from topologies.model import Workload
+
+ATTACHED_FLUSH_S = 2.5
+"""How long a replay waits, after the drain, before copying the traces of brokers it
+attached to (they keep running, so their files are never closed)."""
 
 
 class ReplayError(RuntimeError):
@@ -160,9 +164,14 @@ def replay(
         error = exc
     finally:
         if not attach:
-            codes = procs.stop()
+            # A traced broker exits once its writer process has written every row: on a
+            # busy host that takes seconds, and a SIGKILL would lose them.
+            codes = procs.stop(timeout=30.0)
         site.gather(error)
     if attach:
+        # A traced broker hands its rows to its writer at least once a second, and the
+        # writer writes each blob at once: after this, the run's rows are in the files.
+        time.sleep(ATTACHED_FLUSH_S)
         site.gather_attached(attached, procs)
     failed = {b: c for b, c in codes.items() if c != 0}
     counts = check_deliveries(run_dir, study)
@@ -298,7 +307,7 @@ async def _coordinate(
     clock) with every process's CPU in the measurement window."""
     phases = Phases()
     try:
-        async with trio.open_nursery() as nursery:
+        async with _sole_errors(), trio.open_nursery() as nursery:
             await coordinator.start(nursery)
             await coordinator.measure_offsets()
             phases.start_ns = await coordinator.go()
@@ -325,6 +334,26 @@ async def _coordinate(
     started = coordinator.started.values()
     phases.cpu_s["clients"] = round(sum(s.cpu_s for s in started), 4)
     return phases, [s.record() for s in started]
+
+
+@contextlib.asynccontextmanager
+async def _sole_errors() -> AsyncIterator[None]:
+    """A nursery's group of one error (a client process failing) as that error."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        if len(leaves) == 1 and isinstance(leaves[0], Exception):
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(error: BaseException) -> Iterator[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield error
 
 
 def _trio_at(wall_ns: int) -> float:

@@ -18,11 +18,10 @@ import client
 from broker.local_network import REPO, Network, free_base_port
 from broker.trace.schema import HOPS
 from monitor.characterize import characterize
-from monitor.replay import publisher_name, subscriber_name
 from monitor.traces import TraceError, read_table
 from monitor.tracing import attributes_from_json
 from routing import parse_filter
-from topologies import CaseStudy, load_case_study
+from topologies import CaseStudy, load_case_study, publisher_name, subscriber_name
 from topologies.generators import to_toml
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from broker.local_network import REPO, free_base_port
-from monitor.replay import check_deliveries, publisher_name, subscriber_name
+from monitor.replay import check_deliveries
 from monitor.traces import read_table
 from monitor.tracing import attributes_from_json
 from monitor.workload import EventGenerator
@@ -32,8 +32,10 @@ from topologies import (
     CaseStudy,
     TopologyError,
     load_case_study,
+    publisher_name,
     shipped_path,
     specjms,
+    subscriber_name,
     to_toml,
 )
 from topologies.model import EventSpec, PublisherSpec, Workload
