@@ -267,13 +267,14 @@ class BrokerProcesses:
         proc.wait()
 
     def stop(self, timeout: float = 5.0) -> dict[int, int]:
-        """SIGTERM every broker (and close the input of those started elsewhere),
-        SIGKILL what is left after `timeout`; exit codes."""
+        """Stop every broker as on SIGTERM (those started elsewhere by closing their
+        input, which reaches them through any launcher), SIGKILL what is left after
+        `timeout`; exit codes."""
         for proc in self.procs.values():
             if proc.stdin is not None:
                 with contextlib.suppress(OSError):
                     proc.stdin.close()
-            if proc.poll() is None:
+            elif proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for proc in self.procs.values():
