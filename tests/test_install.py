@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -42,11 +43,18 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complete
     )
 
 
+SKIP_IN_COPY = (".git", ".venv", "build", "runs", "*.egg-info", "__pycache__", ".*_cache")
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built from a copy of the checkout (a build writes build/ beside the
+    sources, and the checkout is not the test's to change)."""
+    source = tmp_path_factory.mktemp("source") / "hop"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*SKIP_IN_COPY))
     dist = tmp_path_factory.mktemp("dist")
     pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist)]
-    built = _run([*pip, str(REPO)], cwd=dist)
+    built = _run([*pip, str(source)], cwd=dist)
     assert built.returncode == 0, built.stderr
     (path,) = dist.glob("hop_broker-*.whl")
     return path
