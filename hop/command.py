@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+from broker.cli import READY_LINE
 
 REPO = Path(__file__).resolve().parent.parent
 HOP = [sys.executable, "-m", "hop"]
@@ -18,3 +21,16 @@ def run_hop(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]
     return subprocess.run(
         [*HOP, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False
     )
+
+
+def wait_ready(net: subprocess.Popen[str], timeout: float = 60.0) -> None:
+    """Read a `hop net` process's output (text mode) until its ready line: then every
+    broker is linked. AssertionError if the line does not come in `timeout` seconds."""
+    assert net.stdout is not None
+    deadline = time.monotonic() + timeout
+    for line in net.stdout:
+        if line.strip() == READY_LINE:
+            return
+        if time.monotonic() > deadline:
+            break
+    raise AssertionError(f"hop net printed no ready line in {timeout} s")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +13,11 @@ import pytest
 
 import client
 import monitor.report
-from broker.cli import EXIT_BAD_INPUT, EXIT_FAILURE, READY_LINE, Layer, build, run
+from broker.cli import EXIT_BAD_INPUT, EXIT_FAILURE, Layer, build, run
 from broker.local_network import REPO, free_base_port
 from broker.probe import fetch_stats
 from hop.cli import main as hop_main
-from hop.command import HOP
+from hop.command import HOP, wait_ready
 from monitor.errors import InputError
 
 
@@ -108,12 +107,7 @@ def test_hop_net_is_ready_only_when_linked(tmp_path: Path, routing: str) -> None
         text=True,
     )
     try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 60
-        for line in proc.stdout:
-            if line.strip() == READY_LINE or time.monotonic() > deadline:
-                break
-        assert line.strip() == READY_LINE
+        wait_ready(proc)
         stats = {b: fetch_stats("127.0.0.1", base + b) for b in range(1, 8)}
         assert all(stats[b]["parent_connected"] for b in range(1, 7)), stats
         assert [stats[b]["children_connected"] for b in (5, 6, 7)] == [2, 2, 2], stats

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from broker.local_network import REPO
+from tests import netns
 from topologies import BrokerSpec, Topology
 from topologies.generators import to_toml
 
@@ -38,10 +39,6 @@ PORT = 7100
 
 def ns(broker_id: int) -> str:
     return f"{PREFIX}b{broker_id}"
-
-
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
 
 
 class Lines:
@@ -79,27 +76,12 @@ class Hosts:
         self.namespaces: list[str] = []
 
     def build(self) -> None:
-        self._add_ns(SWITCH)
-        ip("-n", SWITCH, "link", "add", "br0", "type", "bridge")
-        ip("-n", SWITCH, "link", "set", "br0", "up")
-        for broker_id in BROKERS:
-            self._add_ns(ns(broker_id))
-            port = f"p{broker_id}"
-            ip("-n", SWITCH, "link", "add", port, "type", "veth", "peer", "name", "eth0",
-               "netns", ns(broker_id))  # fmt: skip
-            ip("-n", SWITCH, "link", "set", port, "master", "br0")
-            ip("-n", SWITCH, "link", "set", port, "up")
-            ip("-n", ns(broker_id), "addr", "add", f"{SUBNET}.{broker_id}/24", "dev", "eth0")
-            ip("-n", ns(broker_id), "link", "set", "eth0", "up")
-            ip("-n", ns(broker_id), "link", "set", "lo", "up")
-
-    def _add_ns(self, name: str) -> None:
-        ip("netns", "add", name)
-        self.namespaces.append(name)
+        hosts = {ns(broker_id): f"{SUBNET}.{broker_id}" for broker_id in BROKERS}
+        netns.build(SWITCH, hosts, self.namespaces)
 
     def cable(self, broker_id: int, up: bool) -> None:
         """Plug broker's host into the switch, or pull the cable."""
-        ip("-n", SWITCH, "link", "set", f"p{broker_id}", "up" if up else "down")
+        netns.ip("-n", SWITCH, "link", "set", f"p{broker_id}", "up" if up else "down")
 
     def run(self, broker_id: int, args: list[str], log: str) -> subprocess.Popen[str]:
         """A Python module run in broker's namespace (`ip netns exec` execs it: the PID
@@ -123,8 +105,7 @@ class Hosts:
             except subprocess.TimeoutExpired:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
-        for name in reversed(self.namespaces):
-            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
+        netns.delete(self.namespaces)
 
     def logs(self) -> str:
         return "\n".join(f"{p.name}:\n{p.read_text()[-1500:]}" for p in self.workdir.glob("*.log"))

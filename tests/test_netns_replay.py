@@ -22,6 +22,7 @@ import pytest
 
 from broker.local_network import REPO
 from hop.command import HOP
+from tests import netns
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs("netns")]
 
@@ -39,33 +40,14 @@ def address(host: str) -> str:
     return f"{SUBNET}.{HOSTS[host]}"
 
 
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
-
-
 @pytest.fixture
 def hosts() -> Iterator[None]:
     made: list[str] = []
     try:
-        ip("netns", "add", SWITCH)
-        made.append(SWITCH)
-        ip("-n", SWITCH, "link", "add", "br0", "type", "bridge")
-        ip("-n", SWITCH, "link", "set", "br0", "up")
-        for host in HOSTS:
-            ip("netns", "add", ns(host))
-            made.append(ns(host))
-            port = f"p{host}"
-            ip("-n", SWITCH, "link", "add", port, "type", "veth", "peer", "name", "eth0",
-               "netns", ns(host))  # fmt: skip
-            ip("-n", SWITCH, "link", "set", port, "master", "br0")
-            ip("-n", SWITCH, "link", "set", port, "up")
-            ip("-n", ns(host), "addr", "add", f"{address(host)}/24", "dev", "eth0")
-            ip("-n", ns(host), "link", "set", "eth0", "up")
-            ip("-n", ns(host), "link", "set", "lo", "up")
+        netns.build(SWITCH, {ns(host): address(host) for host in HOSTS}, made)
         yield
     finally:
-        for name in reversed(made):
-            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
+        netns.delete(made)
 
 
 def case_study(workdir: Path) -> Path:

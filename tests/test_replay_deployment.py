@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.cli import READY_LINE
-from hop.command import HOP
+from hop.command import HOP, wait_ready
 from monitor.characterize import characterize
 from monitor.placement import client_processes
 from tests.test_replay import small_study
@@ -94,11 +93,7 @@ def test_attach_drives_and_gathers_brokers_started_beforehand(tmp_path: Path) ->
         text=True,
     )
     try:
-        assert net.stdout is not None
-        deadline = time.monotonic() + 60
-        for line in net.stdout:
-            if line.strip() == READY_LINE or time.monotonic() > deadline:
-                break
+        wait_ready(net)
         out = tmp_path / "run"
         done = _hop("replay", str(path), "--out", str(out), "--attach", "--quiet")
         assert done.returncode == 0, done.stderr
