@@ -237,3 +237,11 @@ def covering_pairs(names: list[str] = NAMES) -> st.SearchStrategy[tuple[Filter, 
     independent = st.lists(constraints(names), max_size=4).map(Filter)
     near = near_miss_pairs(names)
     return st.one_of(near, near, near, st.tuples(independent, independent))
+
+
+def witnessed_filters(names: list[str] = NAMES) -> st.SearchStrategy[tuple[dict[str, Any], Filter]]:
+    """(event, filter) with the event matching the filter, whose constraints are often
+    bounds equal to the event's values (`a <= 1` for `a = 1`): the cases an index
+    that files filters by bound must get right, rare among independent filters and
+    events."""
+    return narrowings(names).map(lambda n: (n.witness, n.a))
