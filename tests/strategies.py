@@ -1,5 +1,9 @@
 """Hypothesis strategies for filters and events over a small universe, so that random
-filters and events often touch the same attributes and boundary values."""
+filters and events often touch the same attributes and boundary values; and, since
+independent filters rarely cover each other and independent events rarely match a
+filter's bounds, strategies that build such cases on purpose: narrowed pairs (b implies
+a by construction), near misses (one constraint of a narrowed b widened or moved), and
+filters with an event that matches them."""
 
 from __future__ import annotations
 
@@ -79,9 +83,10 @@ def _same_kind(c: Constraint, values: list[Any]) -> list[Any]:
 
 @functools.lru_cache(maxsize=4096)
 def _narrower_candidates(c: Constraint) -> list[Constraint]:
-    """Constraints on `c`'s attribute that every event matching them makes `c` true for:
-    `c` itself, equality with a value `c` accepts, and per operator a tighter bound, a
-    longer prefix or suffix, or a longer substring (or a prefix/suffix containing it)."""
+    """Constraints on `c`'s attribute that imply `c` (every event matching one matches
+    `c`): `c` itself, equality with a value `c` accepts, and per operator a tighter
+    bound, a longer prefix or suffix, or a longer substring (or a prefix/suffix holding
+    it); for `exists`, any constraint on the attribute."""
     pool = near_values([Filter([c])]) + NUMBERS + STRINGS + BOOLS
     alone = Filter([c])
     out: list[Constraint | None] = [c]
