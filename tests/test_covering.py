@@ -1,4 +1,10 @@
-"""Covering: sound always, and complete for the common same-attribute cases."""
+"""Covering: sound always, and complete for the common same-attribute cases.
+
+Soundness is checked on pairs where `covers` claims a cover: near misses (a cover
+broken, or not, by one widened or moved constraint) and independent pairs. Completeness
+is checked where the per-attribute value sets decide it: `b` built from `a` by
+narrowing each constraint on its own attribute (see `tests.strategies`); `covers`
+may still miss covers that need constraints combined in other ways, as its module says."""
 
 from __future__ import annotations
 
