@@ -20,4 +20,12 @@ def test_two_short_replays_are_characterized_in_order() -> None:
         assert 0 < row["busy_cores"] <= 2 and row["cpu_ms_per_event"] > 0
         assert set(row["latency_ms"]) == {"pub1", "pub2", "pub3", "pub4"}
         assert all(v > 0 for v in row["latency_ms"].values())
+    # One run per scale: each median is that run's figure.
     assert set(result["medians"]) == {1.0, 2.0}
+    for row in result["runs"]:
+        medians = result["medians"][row["scale"]]
+        assert medians == {stage: row[stage] for stage in medians}
+        assert set(medians) >= {"link", "publish", "deliver", "busy_cores"}
+        services = [v for k, v in row.items() if k.startswith("service ")]
+        assert len(services) == 7  # one per broker of tree7
+        assert row["service_mean_us"] == pytest.approx(sum(services) / len(services), abs=0.1)

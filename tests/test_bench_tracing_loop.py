@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import trio
 
@@ -13,10 +14,21 @@ from bench import tracing_loop
 
 def test_short_run_measures_both_modes() -> None:
     result = tracing_loop.run(events=3000, reps=2)
-    assert len(result["samples"]["off"]) == len(result["samples"]["on"]) == 2
+    samples_off, samples_on = result["samples"]["off"], result["samples"]["on"]
+    assert len(samples_off) == len(samples_on) == 2
+    assert result["events_per_repetition"] == 3000 and result["repetitions"] == 2
     off, on = result["off_cpu_us_per_event"], result["on_cpu_us_per_event"]
     assert 0 < off < 1000 and 0 < on < 1000
+    # Each figure is the one its samples give: minima, and the median paired difference.
+    assert off == pytest.approx(min(samples_off), abs=5e-4)
+    assert on == pytest.approx(min(samples_on), abs=5e-4)
     assert result["tracing_us_per_event"] == pytest.approx(on - off, abs=0.002)
+    assert result["tracing_cost_percent"] == pytest.approx((on / off - 1) * 100, abs=0.1)
+    paired = float(np.median([a - b for a, b in zip(samples_on, samples_off, strict=True)]))
+    assert result["paired_median_us_per_event"] == pytest.approx(paired, abs=5e-4)
+    assert result["paired_median_cost_percent"] == pytest.approx(
+        paired / float(np.median(samples_off)) * 100, abs=0.05
+    )
 
 
 @pytest.mark.parametrize("traced", [False, True])

@@ -12,10 +12,30 @@ from broker.protocol import Deliver, Ping, encode_frame, frame_starts, join_fram
 
 def test_short_run_pairs_a_traced_and_an_untraced_broker() -> None:
     result = tracing_overhead.run(events=20_000, rounds=1, pairs=2)
-    assert result["pairs"] == 2
-    assert len(result["samples"]["off"]) == len(result["samples"]["on"]) == 2
+    assert result["pairs"] == 2 and result["events_per_segment"] == 20_000
+    off, on = result["samples"]["off"], result["samples"]["on"]
+    assert len(off) == len(on) == 2
+    assert all(s["events_per_s"] > 0 and s["broker_cpu_us_per_event"] > 0 for s in off + on)
     assert result["on"]["writer_cpu_us_per_event"] > 0  # the traced broker's writer worked
+    # The summary is what the samples say: medians, and per-pair ratios on/off.
+    for mode, samples in (("off", off), ("on", on)):
+        rate = float(np.median([s["events_per_s"] for s in samples]))
+        cpu = float(np.median([s["broker_cpu_us_per_event"] for s in samples]))
+        assert result[mode]["events_per_s"] == pytest.approx(rate, abs=0.05)
+        assert result[mode]["broker_cpu_us_per_event"] == pytest.approx(cpu, abs=0.005)
+    pairs = list(zip(on, off, strict=True))
+    rate_ratios = [a["events_per_s"] / b["events_per_s"] for a, b in pairs]
+    rate_ratio = float(np.median(rate_ratios))
+    cpu_ratio = float(
+        np.median([a["broker_cpu_us_per_event"] / b["broker_cpu_us_per_event"] for a, b in pairs])
+    )
+    assert result["throughput_ratio_on_off"] == pytest.approx(rate_ratio, abs=5e-4)
+    assert result["throughput_cost_percent"] == pytest.approx((1 - rate_ratio) * 100, abs=0.05)
+    assert result["cpu_ratio_on_off"] == pytest.approx(cpu_ratio, abs=5e-4)
+    assert result["cpu_cost_percent"] == pytest.approx((cpu_ratio - 1) * 100, abs=0.05)
+    assert result["target_met"] == (rate_ratio >= 0.95)
     low, high = result["throughput_ratio_ci95"]
+    assert min(rate_ratios) - 5e-4 <= low <= high <= max(rate_ratios) + 5e-4
     assert low <= result["throughput_ratio_on_off"] <= high
 
 

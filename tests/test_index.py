@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 
+import hypothesis
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from routing import Filter, MatchIndex, parse_filter
 from routing.index import _Bucket
-from tests.strategies import events, filters
+from tests.strategies import events, filters, witnessed_filters
 
 
 def brute_force(table: dict[int, Filter], event: dict) -> set[int]:
@@ -20,11 +21,16 @@ def brute_force(table: dict[int, Filter], event: dict) -> set[int]:
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("add"), st.integers(0, 15), filters),
+        st.tuples(st.just("add"), st.integers(0, 15), witnessed_filters()),
         st.tuples(st.just("remove"), st.integers(0, 15)),
         st.tuples(st.just("match"), events),
+        st.tuples(st.just("match witness"), st.integers(0, 15)),
     ),
     max_size=60,
 )
+"""Adds of random filters, or of filters with an event that matches them; matches of
+random events, or of the event of an earlier add (so that matches often find
+filters, also at their bounds)."""
 
 
 @settings(max_examples=300)
@@ -48,10 +54,16 @@ def test_nested_buckets_equal_brute_force(ops: list[tuple]) -> None:
 def _check_operations(ops: list[tuple]) -> None:
     index: MatchIndex[int] = MatchIndex()
     table: dict[int, Filter] = {}
+    witnesses: list[dict] = []
+    found = 0
     for op in ops:
         if op[0] == "add":
-            index.add(op[1], op[2])
-            table[op[1]] = op[2]
+            f = op[2]
+            if isinstance(f, tuple):
+                witnesses.append(f[0])
+                f = f[1]
+            index.add(op[1], f)
+            table[op[1]] = f
         elif op[0] == "remove":
             if op[1] in table:
                 assert index.remove(op[1]) == table.pop(op[1])
@@ -59,8 +71,13 @@ def _check_operations(ops: list[tuple]) -> None:
                 with pytest.raises(KeyError):
                     index.remove(op[1])
         else:
-            assert index.match(op[1]) == brute_force(table, op[1])
+            pool = witnesses or [{}]
+            event = op[1] if op[0] == "match" else pool[op[1] % len(pool)]
+            matched = index.match(event)
+            assert matched == brute_force(table, event)
+            found += bool(matched)
         assert len(index) == len(table)
+    hypothesis.event("some match found a filter" if found else "no match found a filter")
     for key in list(table):
         index.remove(key)
     assert len(index) == 0
@@ -68,13 +85,21 @@ def _check_operations(ops: list[tuple]) -> None:
 
 
 @settings(max_examples=200)
-@given(st.lists(filters, min_size=1, max_size=40), st.lists(events, min_size=1, max_size=20))
-def test_index_on_larger_tables(fs: list[Filter], evs: list[dict]) -> None:
+@given(
+    st.lists(filters, max_size=30),
+    st.lists(witnessed_filters(), min_size=1, max_size=10),
+    st.lists(events, max_size=10),
+)
+def test_index_on_larger_tables(
+    fs: list[Filter], witnessed: list[tuple[dict, Filter]], evs: list[dict]
+) -> None:
+    """Random filters and filters with an event matching them (and random events): each
+    witness event finds at least its own filter."""
     index: MatchIndex[int] = MatchIndex()
-    for i, f in enumerate(fs):
+    table = dict(enumerate(fs + [f for _, f in witnessed]))
+    for i, f in table.items():
         index.add(i, f)
-    table = dict(enumerate(fs))
-    for e in evs:
+    for e in [w for w, _ in witnessed] + evs:
         assert index.match(e) == brute_force(table, e)
 
 

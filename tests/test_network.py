@@ -281,9 +281,10 @@ def test_hostile_input_does_not_stop_the_broker(tree7: Network) -> None:
 
 
 def _attack(host: str, port: int, hello: bool, data: bytes, i: int) -> bytes:
-    """Send `data` (after a handshake if `hello`), then read until the broker closes;
-    return the first frame the broker answered after the handshake."""
-    with socket.create_connection((host, port), timeout=5) as s:
+    """Send `data` (after a handshake if `hello`), then read until the broker closes the
+    connection (end of stream or reset); return what the broker answered after the
+    handshake. A broker that keeps the connection open `CLOSE_BOUND_S` fails the test."""
+    with socket.create_connection((host, port), timeout=CLOSE_BOUND_S) as s:
         if hello:
             s.sendall(_hello(f"hostile-{i}"))
             welcome = s.recv(65536)
@@ -291,16 +292,33 @@ def _attack(host: str, port: int, hello: bool, data: bytes, i: int) -> bytes:
         s.sendall(data)
         if i == 1:
             return b""  # hang up mid-frame
-        chunks = []
-        while True:
-            try:
-                chunk = s.recv(65536)
-            except (ConnectionResetError, TimeoutError):
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return _read_until_closed(s, i)
+
+
+CLOSE_BOUND_S = 5.0
+
+
+def _read_until_closed(s: socket.socket, i: int) -> bytes:
+    """Everything received until end of stream or a reset, within `CLOSE_BOUND_S`."""
+    deadline = time.monotonic() + CLOSE_BOUND_S
+    chunks = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"attack {i}: the broker still keeps the connection open")
+        s.settimeout(left)
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            break
+        except TimeoutError:
+            raise AssertionError(
+                f"attack {i}: the broker did not close within {CLOSE_BOUND_S} s"
+            ) from None
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def test_an_event_that_already_passed_a_broker_is_dropped(tree7: Network) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import msgpack
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from broker.protocol import (
@@ -851,8 +851,33 @@ def mutated_messages(draw: st.DrawFn) -> list[object]:
     return wire
 
 
+def _same_type(value: object) -> st.SearchStrategy[object]:
+    """Values of the Python type of `value` (anything for containers)."""
+    by_type: dict[type, st.SearchStrategy[object]] = {
+        bool: st.booleans(),
+        int: ints,
+        float: floats,
+        str: texts,
+        bytes: st.binary(max_size=8),
+        type(None): st.none(),
+    }
+    return by_type.get(type(value), structures)
+
+
+@st.composite
+def retyped_messages(draw: st.DrawFn) -> list[object]:
+    """The wire array of a valid message with one field replaced by another value of the
+    same type: often still valid, which is where a field could be coerced or let through
+    unchecked (an arbitrary replacement is refused nearly always)."""
+    wire = msgpack.unpackb(encode_message(draw(messages)))
+    if len(wire) > 1:
+        i = draw(st.integers(1, len(wire) - 1))
+        wire[i] = draw(_same_type(wire[i]))
+    return wire
+
+
 @settings(max_examples=400)
-@given(st.one_of(structures, arrays, mutated_messages()))
+@given(st.one_of(structures, arrays, mutated_messages(), retyped_messages()))
 def test_arbitrary_msgpack_gives_valid_message_or_protocol_error(obj: object) -> None:
     payload = msgpack.packb(obj, use_bin_type=True)
     conn = open_pair("broker")[1]
@@ -860,7 +885,9 @@ def test_arbitrary_msgpack_gives_valid_message_or_protocol_error(obj: object) ->
         got = conn.receive_data(raw_frame(payload))
     except ProtocolError:
         assert conn.state is State.ERROR
+        event("refused")
         return
+    event("accepted")
     [message] = got
     assert encode_message(message) == payload  # nothing was coerced on the way in
     assert encode_message(dataclasses.replace(message)) == payload  # full validation agrees

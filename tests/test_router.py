@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 from collections import deque
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -278,13 +281,33 @@ def test_unsubscribing_an_equality_filter_reforwards_what_it_covered() -> None:
     assert actions[-1] == SendUnsubscribe(P, wide.sub_id)
 
 
+@contextlib.contextmanager
+def fails_after(seconds: float) -> Iterator[None]:
+    """Fail the test if the block is still running after `seconds` (SIGALRM, so it
+    interrupts plain Python code, which `trio.fail_after` cannot; main thread only)."""
+
+    def expired(signum: int, frame: object) -> None:
+        pytest.fail(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_many_equality_subscriptions_install_and_leave_quickly() -> None:
     """Covering candidates come from an index, not from every forwarded filter
-    (measured before: 999 subscriptions took 33 s to install below the root)."""
+    (measured before: 999 subscriptions took 33 s to install below the root). About a
+    second here; the bound, 30 times that, turns a quadratic scan or a hang into a
+    failure instead of a blocked suite."""
     r = Router("hierarchical", parent=P)
     r.add_broker(P)
     r.add_client("c")
-    for i in range(3000):
-        r.subscribe("c", i, parse_filter(f"n = {i}"))
-    assert r.stats()["forwarded"] == {P: 3000}
-    assert len(r.remove_link("c")) == 3000
+    with fails_after(30.0):
+        for i in range(3000):
+            r.subscribe("c", i, parse_filter(f"n = {i}"))
+        assert r.stats()["forwarded"] == {P: 3000}
+        assert len(r.remove_link("c")) == 3000
