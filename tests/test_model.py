@@ -485,12 +485,12 @@ def test_binary_tree_operational_figures() -> None:
 
 
 @pytest.mark.slow
-def test_simulation_speed_on_fifteen_brokers() -> None:
-    """At least 100k kernel events per second of wall time, with processor sharing."""
+def test_simulation_agrees_with_processor_sharing_on_fifteen_brokers() -> None:
+    """Two cores shared by fifteen brokers: the simulated latency of every pair is the
+    M/M/1-PS figure. (How fast the simulation runs is `bench.predict_speed`'s.)"""
     network = binary_tree_network(cores=2)
-    result = simulate(network, seed=1, precision=1e-9, max_wall_s=10.0)
-    assert result.stop_reason == "max_wall_s"
-    assert result.events_per_s >= 100_000
+    result = simulate(network, seed=1, precision=1e-9, max_events=600_000)
+    assert result.stop_reason == "max_events"
     predicted = analyze(network, "mm1-ps")
     for pair, latency in result.latency_ns.items():
         assert predicted.latency_ns[pair] == pytest.approx(latency, rel=0.15)
