@@ -24,9 +24,9 @@ while it was slow; a scratch evaluation, not in the repository), the stages' mea
 came out on average 8.9 and 3.7 % too high as a power of the rate (the form used
 before), 7.6 and 9.8 % too low as a line in the rate, and 4.2 % too high and 0.8 % too
 low as a line in the busy share. Through the model, the worst per-publisher latency
-error of `tests/test_model_validation.py`'s prediction on thirteen sets of saved runs
-fell from 5.0-13.3 % to 3.9-10.2 %; the README gives the validation runs made with the
-code in the repository.
+error of the model validation's prediction (`bench.model_accuracy`) on thirteen sets
+of saved runs fell from 5.0-13.3 % to 3.9-10.2 %; the README gives the validation runs
+made with the code in the repository.
 
 Runs at about the same rate (within `SAME_RATE`) are repeats: a stage's mean at that
 rate is the median of the runs' means (and U the median of theirs), and their samples
