@@ -1,5 +1,5 @@
-"""The pipelines end to end, as a user runs them: every step a `hop` process of its own
-(`tests.cli.HOP`), every network on 127.0.0.1, every process stopped by its PID.
+"""The pipelines end to end, as a user runs them: `hop` processes (`tests.cli.HOP`),
+every network on 127.0.0.1, every process stopped by its PID.
 
 The SPECjms2007 case study goes through `hop replay` (base5, a few seconds), `hop
 analyze`, `hop predict` and `hop report`; the run is made and analysed once per
@@ -73,6 +73,8 @@ def specjms_run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     `test_hop_analyze_on_a_standalone_master_matches_local_mode`: a Spark session
     takes 10-15 s to start, and more on a busy host)."""
     tmp = tmp_path_factory.mktemp("specjms")
+    # The workload's seed is fixed: every replay publishes the same events, so each
+    # broker (an SP's, ~2 events/s at base5) handles some in the measured window.
     study = on_free_ports(SPECJMS, tmp / "specjms.toml")
     run = tmp / "run"
     replayed = _ok(
