@@ -25,7 +25,8 @@ one run is disturbed far more; a pass/fail assertion on one repetition then fail
 often for no change of the code. The targets (throughput within `THROUGHPUT_TARGET`,
 latency within `LATENCY_TARGET`, the one-run prediction within `ONE_RUN_GUARD`) are
 judged on the median over the repetitions, and the count of repetitions meeting each
-is recorded beside it.
+is recorded beside it. Run it on an otherwise idle host: the result records the load
+average before and after.
 
 Run: ``python -m bench.model_accuracy [--quick] [--repetitions N] [--rounds R]
 [--seconds T]``; writes ``bench/results/model_accuracy.json`` (every repetition's
@@ -37,6 +38,7 @@ accuracy). The traces go to a temporary folder.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 from collections.abc import Sequence
@@ -265,6 +267,7 @@ def run(repetitions: int, rounds: int, seconds: float, workdir: Path) -> dict[st
     """`repetitions` evaluations of `rounds` rounds each; every repetition's figures
     and their summary."""
     results = []
+    load_before = os.getloadavg()
     for k in range(repetitions):
         runs = [replay_round(workdir, f"r{k}-{j}", seconds) for j in range(rounds)]
         figures = evaluate(runs)
@@ -276,6 +279,9 @@ def run(repetitions: int, rounds: int, seconds: float, workdir: Path) -> dict[st
         "second": SECOND,
         "seconds_at_1x": seconds,
         "rounds_per_repetition": rounds,
+        # Other work on the host moves the measured latencies far more than the model's
+        # error (one repetition at load 15 on 2 cores: 51 % off): read the figures with it.
+        "load_average_1_5_15_min": {"before": load_before, "after": os.getloadavg()},
         "repetitions": results,
         **summarize(results),
     }
