@@ -23,6 +23,14 @@ def run_hop(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]
     )
 
 
+def start_hop(*args: str) -> subprocess.Popen[str]:
+    """Start `hop ARGS...` from the repository root without waiting; its stdout and
+    stderr are pipes read as text. The caller stops it (by its PID) and reaps it."""
+    return subprocess.Popen(
+        [*HOP, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
 def wait_ready(net: subprocess.Popen[str], timeout: float = 60.0) -> None:
     """Read a `hop net` process's output (text mode) until its ready line: then every
     broker is linked. AssertionError if the line does not come in `timeout` seconds."""

@@ -21,7 +21,8 @@ Why a line in the busy share: it is the cause the runs can measure, and of the f
 tried (a power of the rate, a line in the rate, a line in the busy share) it carried
 the stages' means from 1x and 2x to 3x on tree7 with the least bias, on runs made
 while the host was fast and while it was slow, and it gave
-`tests/test_model_validation.py`'s prediction its smallest worst-case error.
+the model validation's prediction of three times the load (`bench.model_accuracy`)
+its smallest worst-case error.
 
 Runs at about the same rate (within `SAME_RATE`) are repeats: a stage's mean at that
 rate is the median of the runs' means (and U the median of theirs), and their samples
