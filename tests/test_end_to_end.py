@@ -33,9 +33,8 @@ from hop.command import REPO, start_hop
 from hop.command import run_hop as hop
 from monitor.analysis import analyze
 from monitor.predict import METHODS, PREDICTIONS
-from monitor.replay import publisher_name
 from tests import test_analysis
-from topologies import load_case_study
+from topologies import load_case_study, publisher_name
 
 pytestmark = pytest.mark.integration
 
