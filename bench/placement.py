@@ -66,7 +66,7 @@ def measure(
         "latency_mean_us": float(latency.mean()),
         "latency_p50_us": float(latency.median()),
         "deliveries": int(window.sum()),
-        "client_processes": len(read_manifest(run)["processes"]),
+        "client_processes": sum(p["kind"] == "clients" for p in read_manifest(run)["processes"]),
     }
 
 

@@ -44,7 +44,7 @@ class Started:
     estimate_ns: int = 0
     offset_ns: int = 0
     rtt_ns: int = 0
-    cpu_s: float = 0.0
+    cpu_s: dict[str, float] = field(default_factory=dict)  # per phase
     published: int = 0
     delivered: int = 0
     counts: tuple[int, int] = (0, 0)
@@ -66,7 +66,7 @@ class Started:
             "clock_offset_ns": self.offset_ns,
             "clock_estimate_ns": self.estimate_ns,
             "clock_rtt_ns": self.rtt_ns,
-            "cpu_s_measure": self.cpu_s,
+            "cpu_s": self.cpu_s,
             "published": self.published,
             "delivered": self.delivered,
         }
@@ -255,9 +255,10 @@ class Coordinator:
             started.counts = tuple(message["count"])  # type: ignore[assignment]
         if "published" in message:
             started.published = int(message["published"])
-            started.cpu_s = float(message.get("cpu_s", 0.0))
+            started.cpu_s.update(message["cpu_s"])
         if "done" in message:
             started.delivered = int(message["done"]["delivered"])
+            started.cpu_s["drain"] = float(message["done"]["cpu_s_drain"])
         if wanted in message:
             waiting.discard(name)
 

@@ -15,10 +15,11 @@ It talks to the replay that started it in JSON lines, its standard input and out
    times are written in the replay's clock (each corrected by the offset of the
    process that stamped it), so latencies between hosts are comparable;
 5. out: ``{"count": [published, delivered]}`` every second, then
-   ``{"published": N, "cpu_s": S}`` when its publishers are done (S: this process's
-   CPU seconds in the measurement window);
+   ``{"published": N, "cpu_s": {"warmup": S, "measure": S}}`` when its publishers are
+   done (this process's CPU seconds in each phase);
 6. in: ``{"drain": true}``: it waits until deliveries stop (or the drain time), closes
-   its clients and trace files and answers ``{"done": {"delivered": N}}``.
+   its clients and trace files and answers
+   ``{"done": {"delivered": N, "cpu_s_drain": S}}``.
 
 The end of its input at any point stops it: what it recorded is flushed and closed.
 """
@@ -100,6 +101,7 @@ class Driver:
         self.delivered = 0
         self.own_offset_ns = 0
         self.offsets: dict[str, int] = {}
+        self.cpu_mark = time.process_time()  # where the drain's CPU is counted from
 
     async def run(self) -> None:
         creds = ClientCredentials.for_network(self.study.topology)
@@ -138,7 +140,8 @@ class Driver:
                     return
                 await self._drain()
                 nursery.cancel_scope.cancel()
-            self.lines.write({"done": {"delivered": self.delivered}})
+            drain = round(time.process_time() - self.cpu_mark, 4)
+            self.lines.write({"done": {"delivered": self.delivered, "cpu_s_drain": drain}})
         finally:
             self.recorder.close()
 
@@ -163,7 +166,7 @@ class Driver:
                 nursery.start_soon(self._publish, c, str(spec.broker), generator, stop_at)
             nursery.start_soon(self._report_counts, stop_at)
             nursery.start_soon(self._measure_cpu, cpu)
-        self.lines.write({"published": self.published, "cpu_s": cpu.get("window", 0.0)})
+        self.lines.write({"published": self.published, "cpu_s": cpu})
 
     async def _publish(
         self, c: client.AsyncClient, broker: str, generator: EventGenerator, stop_at: float
@@ -211,12 +214,15 @@ class Driver:
             self.lines.write({"count": [self.published, self.delivered]})
 
     async def _measure_cpu(self, out: dict[str, float]) -> None:
-        """CPU seconds this process spends in the measurement window."""
+        """CPU seconds this process spends in the warm-up and the measurement window."""
         w = self.workload
+        start = time.process_time()
         await trio.sleep(w.warmup_s)
-        before = time.process_time()
+        measure_start = time.process_time()
         await trio.sleep(w.duration_s)
-        out["window"] = round(time.process_time() - before, 4)
+        self.cpu_mark = time.process_time()
+        out["warmup"] = round(measure_start - start, 4)
+        out["measure"] = round(self.cpu_mark - measure_start, 4)
 
     async def _drain(self) -> None:
         """Wait until deliveries stop arriving (0.5 s quiet), at most drain_s (>= 1 s)."""

@@ -159,7 +159,10 @@ def replay(
         offsets = clock_offsets(study, creds)
         plan = _planner(study, site, workload, rates, run_id)
         coordinator = Coordinator(clients, study.deployment, plan, run_dir / "logs", quiet)
-        phases, processes = trio.run(_coordinate, coordinator, study, creds, workload)
+        phases, brokers_cpu, processes = trio.run(
+            _coordinate, coordinator, study, creds, workload
+        )
+        processes = _broker_records(procs, offsets, brokers_cpu, attach) + processes
     except ClientProcessError as exc:
         error = exc
     finally:
@@ -302,10 +305,12 @@ def _planner(
 
 async def _coordinate(
     coordinator: Coordinator, study: CaseStudy, creds: ClientCredentials, workload: Workload
-) -> tuple[Phases, list[dict[str, Any]]]:
-    """Start the client processes, run the phases, stop them; the phases (this host's
-    clock) with every process's CPU in the measurement window."""
+) -> tuple[Phases, dict[str, dict[str, float]], list[dict[str, Any]]]:
+    """Start the client processes, run the phases, stop them. Returns the phases (this
+    host's clock, with every broker's and the client processes' CPU in the measurement
+    window), each broker's CPU per phase, and the client processes' records."""
     phases = Phases()
+    marks: dict[str, dict[str, float]] = {}  # broker -> phase boundary -> CPU seconds
     try:
         async with _sole_errors(), trio.open_nursery() as nursery:
             await coordinator.start(nursery)
@@ -313,27 +318,73 @@ async def _coordinate(
             phases.start_ns = await coordinator.go()
             phases.measure_start_ns = phases.start_ns + int(workload.warmup_s * 1e9)
             phases.measure_end_ns = phases.measure_start_ns + int(workload.duration_s * 1e9)
-            cpu_before: dict[str, float] = {}
 
             async def broker_cpu() -> None:
-                await trio.sleep_until(_trio_at(phases.measure_start_ns))
-                cpu_before.update(await _broker_cpu(study, creds))
-                await trio.sleep_until(_trio_at(phases.measure_end_ns))
-                after = await _broker_cpu(study, creds)
-                for b, cpu in after.items():
-                    if b in cpu_before:
-                        phases.cpu_s[b] = round(cpu - cpu_before[b], 4)
+                for mark, at_ns in (
+                    ("start", phases.start_ns),
+                    ("measure_start", phases.measure_start_ns),
+                    ("measure_end", phases.measure_end_ns),
+                ):
+                    await trio.sleep_until(_trio_at(at_ns))
+                    for broker, cpu in (await _broker_cpu(study, creds)).items():
+                        marks.setdefault(broker, {})[mark] = cpu
 
             nursery.start_soon(broker_cpu)
             schedule = Schedule(workload.warmup_s, workload.duration_s, workload.drain_s)
             await coordinator.run_phases(schedule)
             phases.drain_end_ns = time.time_ns()
+            for broker, cpu in (await _broker_cpu(study, creds)).items():
+                marks.setdefault(broker, {})["drain_end"] = cpu
             nursery.cancel_scope.cancel()
     finally:
         await coordinator.stop()
+    brokers_cpu = {broker: _per_phase(m) for broker, m in marks.items()}
+    for broker, cpu in brokers_cpu.items():
+        if "measure" in cpu:
+            phases.cpu_s[broker] = cpu["measure"]
     started = coordinator.started.values()
-    phases.cpu_s["clients"] = round(sum(s.cpu_s for s in started), 4)
-    return phases, [s.record() for s in started]
+    phases.cpu_s["clients"] = round(sum(s.cpu_s.get("measure", 0.0) for s in started), 4)
+    return phases, brokers_cpu, [s.record() for s in started]
+
+
+def _broker_records(
+    procs: BrokerProcesses,
+    offsets: dict[str, dict[str, int]],
+    cpu: dict[str, dict[str, float]],
+    attach: bool,
+) -> list[dict[str, Any]]:
+    """The manifest's entries for the brokers: host, clock offset, CPU per phase."""
+    out = []
+    for broker_id in sorted(procs.topology.brokers):
+        host = procs.host_of(broker_id)
+        proc = procs.procs.get(broker_id)
+        out.append(
+            {
+                "name": f"broker{broker_id}",
+                "kind": "broker",
+                "host": host.label,
+                "address": host.address,
+                "pid": proc.pid if proc is not None and runs_here(host, procs.deployment) else None,
+                "attached": attach,
+                "clock_offset_ns": offsets.get(str(broker_id), {}).get("offset_ns"),
+                "clock_rtt_ns": offsets.get(str(broker_id), {}).get("rtt_ns"),
+                "cpu_s": cpu.get(str(broker_id), {}),
+            }
+        )
+    return out
+
+
+def _per_phase(marks: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per phase from CPU readings at the phases' boundaries."""
+    out = {}
+    for phase, begin, end in (
+        ("warmup", "start", "measure_start"),
+        ("measure", "measure_start", "measure_end"),
+        ("drain", "measure_end", "drain_end"),
+    ):
+        if begin in marks and end in marks:
+            out[phase] = round(marks[end] - marks[begin], 4)
+    return out
 
 
 @contextlib.asynccontextmanager

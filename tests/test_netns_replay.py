@@ -129,7 +129,9 @@ def test_netns_replay_across_three_hosts_then_analyze_and_predict(
     assert "lost 0, unexpected 0" in replay.stdout, replay.stdout
 
     manifest = json.loads((run / "manifest.json").read_text())
-    placed = {p["name"]: p["host"] for p in manifest["processes"]}
+    placed = {p["name"]: p["host"] for p in manifest["processes"] if p["kind"] == "clients"}
+    brokers = {p["name"]: p["host"] for p in manifest["processes"] if p["kind"] == "broker"}
+    assert brokers == {"broker1": ns("a"), "broker2": ns("a"), "broker3": ns("b")}
     assert placed == {
         "clients1": ns("c"), "pub1": ns("a"), "sub1": ns("a"), "sub2": ns("b"),
     }  # fmt: skip

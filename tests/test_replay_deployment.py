@@ -73,14 +73,20 @@ def test_every_placement_delivers_exactly_what_the_filters_match(
     assert done.returncode == 0, done.stderr
     assert "lost 0, unexpected 0" in done.stdout
     manifest = json.loads((out / "manifest.json").read_text())
-    processes = manifest["processes"]
+    processes = [p for p in manifest["processes"] if p["kind"] == "clients"]
+    brokers = [p for p in manifest["processes"] if p["kind"] == "broker"]
     expected = {"process": 12, "broker": 4, "single": 1}[clients]
-    assert len(processes) == expected
+    assert len(processes) == expected and len(brokers) == 7
     assert all(p["clock_offset_ns"] == 0 for p in processes)  # one host, one clock
+    for p in processes + brokers:  # CPU per phase, of every process
+        assert set(p["cpu_s"]) == {"warmup", "measure", "drain"}, p
+        assert all(seconds >= 0 for seconds in p["cpu_s"].values()), p
     assert manifest["phases"]["cpu_s"]["clients"] == pytest.approx(
-        sum(p["cpu_s_measure"] for p in processes)
+        sum(p["cpu_s"]["measure"] for p in processes)
     )
-    assert set(manifest["phases"]["cpu_s"]) >= {str(b) for b in range(1, 8)}
+    assert {str(b["name"][6:]): b["cpu_s"]["measure"] for b in brokers} == {
+        k: v for k, v in manifest["phases"]["cpu_s"].items() if k != "clients"
+    }
 
 
 def test_attach_drives_and_gathers_brokers_started_beforehand(tmp_path: Path) -> None:
