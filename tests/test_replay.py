@@ -200,4 +200,4 @@ def test_replay_refuses_a_run_dir_with_traces(tmp_path: Path) -> None:
     (tmp_path / "run" / "traces").mkdir(parents=True)
     (tmp_path / "run" / "traces" / "hops-x-1.arrow").write_bytes(b"")
     result = run_replay(path, tmp_path / "run")
-    assert result.returncode == 1 and "already holds traces" in result.stderr
+    assert result.returncode == 2 and "already holds traces" in result.stderr  # the user's
