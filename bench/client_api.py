@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -330,10 +330,8 @@ async def _gmqtt_sub(job: Job) -> dict[str, Any]:
     _ready(tally)
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while not done.is_set() and time.monotonic() < min(deadline, last[0] + QUIET_S):
-        try:
+        with suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), 0.5)
-        except TimeoutError:
-            pass
     await c.disconnect()
     return tally.result()
 
@@ -545,9 +543,7 @@ def system_runs(broker: Broker, settings: Settings, workdir: Path) -> dict[str, 
     """One repetition of one system: saturation 1-to-1 and 1-to-4, latency at 500/s."""
     port = broker.start(workdir)
     try:
-        out = {
-            f"fanout{f}": scenario(broker, port, f, settings.events, 0.0) for f in FANOUTS
-        }
+        out = {f"fanout{f}": scenario(broker, port, f, settings.events, 0.0) for f in FANOUTS}
         out["latency_500"] = scenario(broker, port, 1, int(LOW_RATE * settings.latency_s), LOW_RATE)
     finally:
         broker.stop()
