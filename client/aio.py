@@ -48,7 +48,7 @@ import random
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -240,6 +240,45 @@ def _outgoing_queue(fd: int | None) -> OutQueue:
     return OutQueue(OUTGOING_FRAMES, OUTGOING_FRAMES, Outgoing(), _SendCounters(), fd)
 
 
+_VALUE_TYPES = frozenset({int, float, str, bool, bytes})
+_STR = frozenset({str})
+_VALID_NAMES: set[str] = set()
+"""Attribute names of events this process published: `_checked` skips the name
+checks for them. Bounded by _VALID_NAMES_MAX."""
+_VALID_NAMES_MAX = 4096
+
+
+def _checked(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """``attributes`` as the dict to encode, after ``routing.validate_event`` accepted
+    it, with its errors (TypeError, ValueError) for an invalid event.
+
+    An event that is a dict of names published before and values of the accepted
+    types is not checked further here (three set operations in C instead of a Python
+    loop over its items): of what `validate_event` checks, only the range of its
+    integers is left, and msgpack refuses exactly those out of range when the event
+    is encoded (`_encoded` then lets `validate_event` raise its error)."""
+    if (
+        type(attributes) is dict
+        and attributes.keys() <= _VALID_NAMES
+        and _STR.issuperset(map(type, attributes))
+        and _VALUE_TYPES.issuperset(map(type, attributes.values()))
+    ):
+        return attributes
+    validate_event(attributes)
+    if len(_VALID_NAMES) < _VALID_NAMES_MAX:
+        _VALID_NAMES.update(attributes)
+    return attributes if type(attributes) is dict else dict(attributes)
+
+
+def _encoded(event_id: str, publisher: str, event: dict[str, Any], t_ns: int) -> bytes:
+    """The Publish frame of an event `_checked` returned (`new_event_frame`)."""
+    try:
+        return new_event_frame(event_id, publisher, event, t_ns)
+    except OverflowError:  # an integer out of msgpack's range
+        validate_event(event)  # raises ValueError naming the attribute
+        raise
+
+
 def _as_filter(filter: str | Filter) -> Filter:
     if isinstance(filter, Filter):
         return filter
@@ -271,6 +310,7 @@ class AsyncSubscription:
         self._active = True
         self._end: ConnectionLost | None = None  # why it ended; None: unsubscribed
         self._acked = False  # the broker acknowledged it once: resubscribe on reconnect
+        self._sink: Callable[[Delivery | None], None] | None = None  # see `_hand_off`
 
     def __repr__(self) -> str:
         return f"<AsyncSubscription {self.id} {str(self.filter)!r}>"
@@ -316,6 +356,18 @@ class AsyncSubscription:
         except (SubscriptionClosed, ClientClosed):
             raise StopAsyncIteration from None
 
+    def _hand_off(self, sink: Callable[[Delivery | None], None]) -> None:
+        """From now on, give each delivery to ``sink`` (in the I/O task, without
+        waiting) instead of queuing it, and None once the subscription ends; what is
+        queued goes first. For a consumer in another thread (`client.blocking`)."""
+        while self._queue:
+            sink(self._queue.popleft())
+        if not self._active:
+            sink(None)
+            return
+        self._sink = sink
+        self._put = sink  # type: ignore[method-assign]  # the I/O task's call, direct
+
     def _put(self, delivery: Delivery) -> None:
         if self._active:
             self._queue.append(delivery)
@@ -328,6 +380,8 @@ class AsyncSubscription:
             self._active = False
             self._end = error
             self._arrived.unpark_all()
+            if self._sink is not None:
+                self._sink(None)
 
     def _ended(self) -> ClientError:
         if self._end is None:
@@ -469,15 +523,50 @@ class AsyncClient:
         the outgoing queue is full. An invalid event raises TypeError or ValueError
         before anything is sent.
         """
-        validate_event(attributes)
+        event = _checked(attributes)
         if event_id is None:
             event_id = f"{self.name}:{next(self._event_seq)}"
-        event = attributes if type(attributes) is dict else dict(attributes)
         now = time.time_ns()
+        frame = _encoded(event_id, self.name, event, now)
         alone = now - self._last_publish_ns >= WRITE_THROUGH_GAP_NS
         self._last_publish_ns = now
-        await self._send(new_event_frame(event_id, self.name, event, now), through=alone)
+        await self._send(frame, through=alone)
         return event_id
+
+    async def publish_many(self, events: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Publish ``events`` in order, as many ``publish`` calls would; return their
+        ids. Cheaper per event than ``publish`` (one call, one checkpoint, the frames
+        queued together); they share one publication time, that of the call.
+
+        Every event is checked and encoded before any is sent: an invalid one raises
+        TypeError or ValueError (noting its index) and nothing is sent. Returns once
+        all are handed to the connection (see ``flush``), waiting while the outgoing
+        queue is full; cancelled meanwhile, the first ones may have been handed over.
+        """
+        name, seq = self.name, self._event_seq
+        checked = []
+        for index, attributes in enumerate(events):
+            try:
+                checked.append(_checked(attributes))
+            except (TypeError, ValueError) as exc:
+                exc.add_note(f"publish_many: event {index}; nothing was sent")
+                raise
+        if not checked:
+            await trio.lowlevel.checkpoint()
+            return []
+        first = next(seq)
+        ids = [f"{name}:{first}", *(f"{name}:{next(seq)}" for _ in range(len(checked) - 1))]
+        now = time.time_ns()
+        frames = []
+        for index, (event_id, event) in enumerate(zip(ids, checked, strict=True)):
+            try:
+                frames.append(_encoded(event_id, name, event, now))
+            except (TypeError, ValueError, OverflowError) as exc:
+                exc.add_note(f"publish_many: event {index}; nothing was sent")
+                raise
+        self._last_publish_ns = now
+        await self._send_frames(frames)
+        return ids
 
     async def flush(self) -> None:
         """Wait until the broker has accepted everything this client sent before.
@@ -574,6 +663,34 @@ class AsyncClient:
                 raise self._error()
             if internal:
                 raise ConnectionLost("the connection to the broker was lost")
+
+    async def _send_frames(self, frames: list[bytes], through: bool = False) -> None:
+        """Queue the Publish ``frames`` (`new_event_frame`) in order, as ``_send`` of
+        each would, but with one checkpoint and one check of the connection for all:
+        waits for room as they go; when reconnecting, those the lost connection did
+        not take go to the next one. ``through``: a lone frame is written at once if
+        the writer is idle (`OutQueue.put_through`)."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        deadline = math.inf
+        done, count = 0, len(frames)
+        while True:
+            if self._failure is not None:
+                raise self._error()
+            if not self._ready.is_set():
+                deadline = min(deadline, trio.current_time() + self._wait_s)
+                await self._wait_ready(deadline)
+                continue
+            self._conn.send_encoded(Publish, frames[done])
+            outgoing = self._outgoing
+            put = outgoing.put_through if through and count == 1 else outgoing.put_nowait
+            while done < count and not outgoing.closed:
+                frame = frames[done]
+                if put(frame) or await outgoing.put(frame):
+                    done += 1
+            if done == count:
+                return
+            if not self._reconnecting():  # the queue was closed: the connection is lost
+                raise self._error()
 
     async def _wait_ready(self, deadline: float) -> None:
         """Wait until the connection is back; ``ConnectionLost`` after ``deadline``."""
