@@ -433,7 +433,8 @@ class Worker:
         cmd = [sys.executable, "-m", "bench.client_api", "--worker", json.dumps(job.__dict__)]
         profile_dir = os.environ.get("HOP_BENCH_PROFILE")
         if profile_dir:
-            cmd += ["--profile", f"{profile_dir}/{job.client}-{job.role}-{job.name}.prof"]
+            what = f"{job.client}-{job.role}-{job.name}-{job.count}-{job.rate:.0f}"
+            cmd += ["--profile", f"{profile_dir}/{what}.prof"]
         self.job = job
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO

@@ -73,7 +73,7 @@ class _Feeder:
         self._taken = threading.Condition(self._lock)  # the feeder took the frames
         self._frames: list[bytes] = []
         self._busy = False  # frames are waiting or being handed over; the task is woken
-        self._error: ConnectionLost | None = None
+        self._error: Exception | None = None
         self._came = trio.lowlevel.ParkingLot()  # the feeder task waits here
         self._idle = trio.lowlevel.ParkingLot()  # `drained` waits here
         self._last_ns = 0  # time.monotonic_ns() of the last hand-over
@@ -91,7 +91,7 @@ class _Feeder:
                 return
             self._busy = True
         try:
-            self._token.run_sync_soon(self._came.unpark_all)
+            self._token.run_sync_soon(self._hand_over)
         except trio.RunFinishedError:
             raise ClientClosed("the client is closed") from None
 
@@ -104,25 +104,57 @@ class _Feeder:
         if failure is not None:
             raise _copy(failure)
 
+    def _take(self) -> tuple[list[bytes], bool]:
+        """(the frames waiting, whether they are one publish alone in time); marks the
+        feeder idle when there are none (in the trio thread)."""
+        with self._lock:
+            frames, self._frames = self._frames, []
+            if frames:
+                self._taken.notify_all()
+            else:
+                self._busy = False
+        now = time.monotonic_ns()
+        alone = len(frames) == 1 and now - self._last_ns >= WRITE_THROUGH_GAP_NS
+        self._last_ns = now
+        return frames, alone
+
+    def _hand_over(self) -> None:
+        """Woken by a caller (``run_sync_soon``): hand the frames over at once when the
+        connection takes them without waiting (one pass of the scheduler less on
+        the way of an event at low rates), else wake the feeder task for them."""
+        if self._came:  # the task is idle
+            frames, alone = self._take()
+            if not frames:
+                self._idle.unpark_all()
+                return
+            try:
+                handed = self._aclient._send_frames_nowait(frames, through=alone)
+            except Exception:  # (a protocol state refusing Publish) the task raises it
+                handed = False
+            if handed:
+                with self._lock:
+                    if self._frames:  # more came meanwhile: the task takes them
+                        self._came.unpark_all()
+                        return
+                    self._busy = False
+                self._idle.unpark_all()
+                return
+            with self._lock:  # the task hands them over, in order
+                self._frames[:0] = frames
+                self._busy = True
+        self._came.unpark_all()
+
     async def run(self) -> None:
         """The feeder task: hand the frames over as they come, until cancelled."""
         while True:
-            with self._lock:
-                frames, self._frames = self._frames, []
-                if frames:
-                    self._taken.notify_all()
-                else:
-                    self._busy = False
+            frames, alone = self._take()
             if not frames:
                 self._idle.unpark_all()
                 await self._came.park()
                 continue
-            now = time.monotonic_ns()
-            alone = len(frames) == 1 and now - self._last_ns >= WRITE_THROUGH_GAP_NS
-            self._last_ns = now
             try:
                 await self._aclient._send_frames(frames, through=alone)
-            except ConnectionLost as exc:
+            except Exception as exc:  # raised in the caller's thread
                 with self._lock:
                     self._error = exc
                     self._taken.notify_all()
