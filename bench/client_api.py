@@ -216,13 +216,28 @@ async def _trio_sub(job: Job) -> dict[str, Any]:
     async with client.open_client(HOST, job.port, name=job.name) as c:
         sub = await c.subscribe(MATCHING_FILTER)
         _ready(tally)
-        with trio.move_on_after(RUN_TIMEOUT_S):
-            while True:
-                with trio.move_on_after(QUIET_S) as quiet:
-                    batch = await sub.next_batch()
-                if quiet.cancelled_caught or tally.took([d.attributes for d in batch]):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watchdog, tally, nursery.cancel_scope)
+            while True:  # the loop as a user writes it: no timeout per batch
+                batch = await sub.next_batch()
+                if tally.took([d.attributes for d in batch]):
                     break
+            nursery.cancel_scope.cancel()
     return tally.result()
+
+
+async def _watchdog(tally: Tally, scope: trio.CancelScope) -> None:
+    """Cancel ``scope`` once the subscriber heard nothing for QUIET_S (events lost) or
+    after RUN_TIMEOUT_S."""
+    deadline = trio.current_time() + RUN_TIMEOUT_S
+    last, quiet_since = -1, trio.current_time()
+    while trio.current_time() < deadline:
+        await trio.sleep(0.25)
+        if tally.received != last:
+            last, quiet_since = tally.received, trio.current_time()
+        elif trio.current_time() - quiet_since > QUIET_S:
+            break
+    scope.cancel()
 
 
 async def _trio_filler(job: Job) -> dict[str, Any]:

@@ -44,6 +44,7 @@ The reconnecting client also sends Ping to the broker when it has heard nothing 
 import contextlib
 import itertools
 import math
+import os
 import random
 import ssl
 import time
@@ -58,7 +59,7 @@ from typing import Any, cast
 import trio
 
 from broker.messages import unfrozen_twin
-from broker.netio import receive_some, socket_fd
+from broker.netio import socket_fd
 from broker.outgoing import Outgoing, OutQueue
 from broker.protocol import (
     PROTOCOL_VERSION,
@@ -334,13 +335,22 @@ class AsyncSubscription:
             if not self._active:
                 raise self._ended()
             await self._arrived.park()
-        return queue.popleft()
+        d = queue.popleft()
+        return d
 
     async def next_batch(self) -> list[Delivery]:
         """Wait for the next delivery; return it with every other one already queued."""
-        batch = [await self.next_delivery()]
-        batch += self._queue
-        self._queue.clear()
+        queue = self._queue
+        if not queue:
+            while not queue:
+                if not self._active:
+                    raise self._ended()
+                await self._arrived.park()
+        else:  # a checkpoint all the same
+            await trio.lowlevel.checkpoint_if_cancelled()
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        batch = list(queue)
+        queue.clear()
         return batch
 
     async def next(self) -> dict[str, Any]:
@@ -865,18 +875,47 @@ class AsyncClient:
         try:
             stream = self._stream
             fd = socket_fd(stream)
-            while data := await receive_some(stream, fd, _RECEIVE_SIZE):
-                self._heard = time.monotonic()
-                for message in self._conn.receive_data(data):
-                    if type(message) is Delivery:  # nearly all: no trip through the match
-                        self._deliver(message)
-                    else:
-                        self._dispatch(message)
+            if fd is None:  # TLS
+                while data := await stream.receive_some(_RECEIVE_SIZE):
+                    self._received(data)
+            else:
+                await self._read_socket(fd)
             self._lose(ConnectionLost("the broker closed the connection"))
         except ProtocolError as exc:
             await self._report_violation(exc)
         except _IO_ERRORS as exc:
             self._lose(_lost(f"reading from the broker failed: {exc!r}", exc))
+
+    async def _read_socket(self, fd: int) -> None:
+        """Read the socket ``fd`` until its end; what `broker.netio.receive_some` does,
+        but a read that did not fill the buffer found the socket drained: the next
+        one waits for data first instead of finding none (a failed read and its
+        exception less on the way of every event at low rates, where each read is
+        one event)."""
+        read, wait_readable = os.read, trio.lowlevel.wait_readable
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while True:
+            try:
+                data = read(fd, _RECEIVE_SIZE)
+            except BlockingIOError:  # (also when woken without data)
+                await wait_readable(fd)
+                continue
+            if not data:
+                return
+            self._received(data)
+            if len(data) < _RECEIVE_SIZE:
+                await wait_readable(fd)
+            else:  # more may be waiting: let the other tasks run first
+                await trio.lowlevel.cancel_shielded_checkpoint()
+
+    def _received(self, data: bytes) -> None:
+        """Act on the messages of ``data``, read from the broker."""
+        self._heard = time.monotonic()
+        for message in self._conn.receive_data(data):
+            if type(message) is Delivery:  # nearly all: no trip through the match
+                self._deliver(message)
+            else:
+                self._dispatch(message)
 
     async def _report_violation(self, exc: ProtocolError) -> None:
         """The broker broke the protocol: tell it (best effort), then end the connection."""
