@@ -280,6 +280,33 @@ def _encoded(event_id: str, publisher: str, event: dict[str, Any], t_ns: int) ->
         raise
 
 
+def _checked_all(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`_checked` of each event; an error notes the index of the event it is about."""
+    checked = []
+    for index, attributes in enumerate(events):
+        try:
+            checked.append(_checked(attributes))
+        except (TypeError, ValueError) as exc:
+            exc.add_note(f"publish_many: event {index}; nothing was sent")
+            raise
+    return checked
+
+
+def _encoded_all(
+    name: str, last_seq: int, events: list[dict[str, Any]], t_ns: int
+) -> tuple[list[str], list[bytes]]:
+    """The default ids (after ``last_seq``) and the frames of ``events`` (`_encoded`)."""
+    ids = [f"{name}:{seq}" for seq in range(last_seq + 1, last_seq + 1 + len(events))]
+    frames = []
+    for index, (event_id, event) in enumerate(zip(ids, events, strict=True)):
+        try:
+            frames.append(_encoded(event_id, name, event, t_ns))
+        except (TypeError, ValueError) as exc:
+            exc.add_note(f"publish_many: event {index}; nothing was sent")
+            raise
+    return ids, frames
+
+
 def _as_filter(filter: str | Filter) -> Filter:
     if isinstance(filter, Filter):
         return filter
@@ -467,7 +494,7 @@ class AsyncClient:
         self._stats_replies: deque[_Reply] = deque()
         self._subscriptions: dict[int, AsyncSubscription] = {}
         self._sub_ids = itertools.count(1)
-        self._event_seq = itertools.count(1)
+        self._event_seq = 0  # of the last event published with a default id
         self._tokens = itertools.count(1)
         nursery.start_soon(self._run_io)
 
@@ -534,10 +561,14 @@ class AsyncClient:
         before anything is sent.
         """
         event = _checked(attributes)
-        if event_id is None:
-            event_id = f"{self.name}:{next(self._event_seq)}"
         now = time.time_ns()
-        frame = _encoded(event_id, self.name, event, now)
+        if event_id is None:
+            seq = self._event_seq + 1
+            event_id = f"{self.name}:{seq}"
+            frame = _encoded(event_id, self.name, event, now)
+            self._event_seq = seq  # (a rejected event uses no id)
+        else:
+            frame = _encoded(event_id, self.name, event, now)
         alone = now - self._last_publish_ns >= WRITE_THROUGH_GAP_NS
         self._last_publish_ns = now
         await self._send(frame, through=alone)
@@ -553,27 +584,13 @@ class AsyncClient:
         all are handed to the connection (see ``flush``), waiting while the outgoing
         queue is full; cancelled meanwhile, the first ones may have been handed over.
         """
-        name, seq = self.name, self._event_seq
-        checked = []
-        for index, attributes in enumerate(events):
-            try:
-                checked.append(_checked(attributes))
-            except (TypeError, ValueError) as exc:
-                exc.add_note(f"publish_many: event {index}; nothing was sent")
-                raise
+        checked = _checked_all(events)
         if not checked:
             await trio.lowlevel.checkpoint()
             return []
-        first = next(seq)
-        ids = [f"{name}:{first}", *(f"{name}:{next(seq)}" for _ in range(len(checked) - 1))]
         now = time.time_ns()
-        frames = []
-        for index, (event_id, event) in enumerate(zip(ids, checked, strict=True)):
-            try:
-                frames.append(_encoded(event_id, name, event, now))
-            except (TypeError, ValueError, OverflowError) as exc:
-                exc.add_note(f"publish_many: event {index}; nothing was sent")
-                raise
+        ids, frames = _encoded_all(self.name, self._event_seq, checked, now)
+        self._event_seq += len(ids)
         self._last_publish_ns = now
         await self._send_frames(frames)
         return ids

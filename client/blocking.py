@@ -48,8 +48,10 @@ from client.aio import (
     Reconnect,
     SubscriptionClosed,
     _checked,
+    _checked_all,
     _copy,
     _encoded,
+    _encoded_all,
     open_client,
 )
 from routing import Filter, parse_filter
@@ -214,7 +216,8 @@ class Client:
         self._feeder = feeder
         self._thread = thread
         self._closed = False  # close() was called
-        self._last_publish_ns = 0
+        self._seq_lock = threading.Lock()
+        self._event_seq = 0  # of the last event published with a default id
 
     @classmethod
     def connect(
@@ -318,35 +321,26 @@ class Client:
         raises TypeError or ValueError before anything is sent; a lost connection
         raises ``ConnectionLost`` (when reconnecting, the next call may: events not
         handed over in time are lost)."""
-        aclient = self._aclient
+        name = self._aclient.name
         event = _checked(attributes)
-        if event_id is None:
-            event_id = f"{aclient.name}:{next(aclient._event_seq)}"
-        self._feeder.put([_encoded(event_id, aclient.name, event, time.time_ns())])
-        return event_id
+        if event_id is not None:
+            self._feeder.put([_encoded(event_id, name, event, time.time_ns())])
+            return event_id
+        with self._seq_lock:  # (a rejected event uses no id)
+            seq = self._event_seq + 1
+            frame = _encoded(f"{name}:{seq}", name, event, time.time_ns())
+            self._event_seq = seq
+        self._feeder.put([frame])
+        return f"{name}:{seq}"
 
     def publish_many(self, events: Iterable[Mapping[str, Any]]) -> list[str]:
         """Publish ``events`` in order; return their ids (see
         ``AsyncClient.publish_many``): every event is checked and encoded before any is
         sent, an invalid one raises TypeError or ValueError and nothing is sent."""
-        aclient = self._aclient
-        checked = []
-        for index, attributes in enumerate(events):
-            try:
-                checked.append(_checked(attributes))
-            except (TypeError, ValueError) as exc:
-                exc.add_note(f"publish_many: event {index}; nothing was sent")
-                raise
-        name, seq = aclient.name, aclient._event_seq
-        ids = [f"{name}:{next(seq)}" for _ in checked]
-        now = time.time_ns()
-        frames = []
-        for index, (event_id, event) in enumerate(zip(ids, checked, strict=True)):
-            try:
-                frames.append(_encoded(event_id, name, event, now))
-            except (TypeError, ValueError, OverflowError) as exc:
-                exc.add_note(f"publish_many: event {index}; nothing was sent")
-                raise
+        checked = _checked_all(events)
+        with self._seq_lock:
+            ids, frames = _encoded_all(self._aclient.name, self._event_seq, checked, time.time_ns())
+            self._event_seq += len(ids)
         for at in range(0, len(frames), OUTGOING_FRAMES):
             self._feeder.put(frames[at : at + OUTGOING_FRAMES])
         return ids
@@ -396,6 +390,7 @@ class Subscription:
         self._client = client
         self._inner = inner
         self._deliveries = deliveries  # filled by the trio client's I/O task; None: ended
+        self._ended = False  # None was taken: what follows it is never returned
 
     @property
     def id(self) -> int:
@@ -419,14 +414,17 @@ class Subscription:
         """
         if self._client._closed:
             raise ClientClosed("the client is closed")
-        try:
-            delivery = self._deliveries.get(timeout=timeout)
-        except queue.Empty:
-            raise TimeoutError(f"no event for subscription {self.id} within {timeout} s") from None
-        if delivery is None:  # the end: for every later call too
-            self._deliveries.put(None)
-            raise self._inner._ended()
-        return delivery
+        if not self._ended:
+            try:
+                delivery = self._deliveries.get(timeout=timeout)
+            except queue.Empty:
+                message = f"no event for subscription {self.id} within {timeout} s"
+                raise TimeoutError(message) from None
+            if delivery is not None:
+                return delivery
+            self._ended = True
+            self._deliveries.put(None)  # for other threads waiting on it
+        raise self._inner._ended()
 
     def next(self, timeout: float | None = None) -> dict[str, Any]:
         """The attributes of the next event (see ``next_delivery``)."""

@@ -9,7 +9,7 @@ matches. Async tests run it in the test's trio loop; blocking tests in a thread.
 import queue
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from functools import partial
 from typing import Any, TypeVar
 
@@ -45,6 +45,26 @@ from routing import Filter, FilterSyntaxError, parse_filter
 _T = TypeVar("_T")
 HOST = "127.0.0.1"
 EVENT = {"type": "callForOffers", "family": 7, "price": 99.0}
+
+
+class _Name(str):
+    """A str subclass: not an accepted attribute name type."""
+
+
+class Event(Mapping[str, Any]):
+    """An event that is a mapping but no dict."""
+
+    def __init__(self, n: int) -> None:
+        self._items = {"n": n}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 class Link:
@@ -431,6 +451,77 @@ async def test_a_publish_waiting_for_room_fails_when_the_connection_is_lost(
 
 
 @pytest.mark.trio
+async def test_publish_many_checks_every_event_before_sending_any(broker: FakeBroker) -> None:
+    async with connect(broker) as c:
+        await c.publish({"family": 7})  # its names are known: the quick check applies
+        bad: list[Any] = [
+            [{"family": 7}, {"family": None}],  # a value of no accepted type
+            [{"family": 7}, {"7family": 7}],  # a bad name
+            [{"family": 7}, {"family": 2**64}],  # known name, integer out of range
+            [{"family": 7}, {_Name("family"): 7}],  # a name that is no plain str
+            [{"family": 7}, [("family", 7)]],  # not a mapping
+        ]
+        for events in bad:
+            with pytest.raises((TypeError, ValueError)) as info:
+                await c.publish_many(events)
+            assert "publish_many: event 1; nothing was sent" in info.value.__notes__
+        with pytest.raises(ValueError, match="64 bits"):  # as validate_event says it
+            await c.publish({"family": -(2**63) - 1})
+        await c.flush()
+        assert broker.kinds() == [Hello, Publish, Flush]
+        assert await c.publish_many([{"family": 7}, {"n": 1}]) == ["c1:2", "c1:3"]
+        assert await c.publish_many([]) == []
+
+
+@pytest.mark.trio
+async def test_publish_many_keeps_order_with_publish_and_flush_covers_it(
+    broker: FakeBroker,
+) -> None:
+    count = 3 * OUTGOING_FRAMES  # more than the queue holds: it waits for room
+    async with connect(broker) as c:
+        sub = await c.subscribe("n >= 0")
+        assert await c.publish({"n": 0}) == "c1:1"
+        ids = await c.publish_many(Event(n) for n in range(1, count + 1))  # any mappings
+        assert ids == [f"c1:{n}" for n in range(2, count + 2)]
+        await c.publish({"n": count + 1})
+        await c.flush()
+        published = [m for m in broker.received if isinstance(m, Publish)]
+        assert [m.attributes["n"] for m in published] == list(range(count + 2))
+        assert len({m.t_publish_ns for m in published[1:-1]}) == 1  # one call, one time
+        assert broker.kinds()[-1] is Flush  # every event before the Flush
+        got = [d.attributes["n"] for d in await sub.next_batch()]
+        while len(got) < count + 2:
+            got += [d.attributes["n"] for d in await sub.next_batch()]
+        assert got == list(range(count + 2))
+
+
+@pytest.mark.trio
+async def test_publish_many_waiting_for_room_fails_when_the_connection_is_lost(
+    broker: FakeBroker, nursery: trio.Nursery
+) -> None:
+    broker.stall = True
+    outcome: list[BaseException] = []
+    returned = trio.Event()
+
+    async def publish_many(c: client.AsyncClient) -> None:
+        try:
+            await c.publish_many([{"blob": b"x" * 10_000}] * (4 * OUTGOING_FRAMES))
+            returned.set()
+        except client.ConnectionLost as exc:
+            outcome.append(exc)
+
+    async with connect(broker) as c:
+        nursery.start_soon(publish_many, c)
+        await trio.sleep(0.3)
+        assert not returned.is_set() and not outcome  # waiting for room
+        await broker.link.stream.aclose()
+        with trio.fail_after(5):
+            while not outcome:
+                await trio.sleep(0.01)
+    assert not returned.is_set()
+
+
+@pytest.mark.trio
 async def test_refused_hello_raises_broker_error(broker: FakeBroker) -> None:
     broker.refuse = Error("auth", "bad secret")
     with pytest.raises(client.BrokerError) as info:
@@ -548,7 +639,6 @@ def test_blocking_close_ends_iteration(thread_broker: FakeBroker) -> None:
     assert list(sub) == []
 
 
-
 def test_blocking_invalid_input_raises_before_sending(thread_broker: FakeBroker) -> None:
     with blocking(thread_broker) as c:
         with pytest.raises(FilterSyntaxError):
@@ -604,3 +694,65 @@ def test_blocking_connect_errors(thread_broker: FakeBroker) -> None:
     with pytest.raises(TimeoutError):
         client.Client.connect(HOST, thread_broker.port, name="b1", timeout=0.2)
     assert threading.active_count() == before
+
+
+def test_blocking_publish_keeps_order_across_calls_and_flush_covers_it(
+    thread_broker: FakeBroker,
+) -> None:
+    count = 3 * OUTGOING_FRAMES
+    with blocking(thread_broker) as c:
+        sub = c.subscribe("n >= 0")
+        ids = [c.publish({"n": n}) for n in range(count)]
+        ids += c.publish_many({"n": n} for n in range(count, 2 * count))
+        assert ids == [f"b1:{n}" for n in range(1, 2 * count + 1)]
+        c.flush()
+        kinds = thread_broker.kinds()
+        assert kinds[-1] is Flush and kinds.count(Publish) == 2 * count
+        published = [m.attributes["n"] for m in thread_broker.received if isinstance(m, Publish)]
+        assert published == list(range(2 * count))
+        assert [sub.next(timeout=5)["n"] for _ in range(2 * count)] == published
+
+
+def test_blocking_publish_many_checks_every_event_before_sending_any(
+    thread_broker: FakeBroker,
+) -> None:
+    with blocking(thread_broker) as c:
+        with pytest.raises(TypeError) as info:
+            c.publish_many([{"family": 7}, {"family": None}])
+        assert "publish_many: event 1; nothing was sent" in info.value.__notes__
+        c.flush()
+        assert thread_broker.kinds() == [Hello, Flush]
+        assert c.publish_many([{"family": 7}]) == ["b1:1"]  # rejected events used no id
+
+
+def test_blocking_publish_waits_for_room_and_fails_when_the_connection_is_lost(
+    thread_broker: FakeBroker,
+) -> None:
+    """A broker that reads nothing: publish stops returning once the connection, the
+    trio client's queue and the hand-off hold all they may (backpressure), and raises
+    ConnectionLost once the connection is lost."""
+    thread_broker.stall = True
+    published = 0
+    outcome: list[BaseException] = []
+
+    def publish_until_it_fails(c: client.Client) -> None:
+        nonlocal published
+        try:
+            while True:
+                c.publish({"blob": b"x" * 10_000})
+                published += 1
+        except client.ConnectionLost as exc:
+            outcome.append(exc)
+
+    with blocking(thread_broker) as c:
+        thread = threading.Thread(target=publish_until_it_fails, args=(c,), daemon=True)
+        thread.start()
+        while True:  # until publishing stops
+            before = published
+            time.sleep(0.2)
+            if published == before:
+                break
+        assert OUTGOING_FRAMES <= published < 4 * OUTGOING_FRAMES and not outcome
+        thread_broker.call(thread_broker.link.stream.aclose)
+        thread.join(timeout=5)
+        assert outcome and published == before
