@@ -518,6 +518,11 @@ class Connection:
             self._on_sent(message)
         return frame
 
+    def may_send(self, kind: type[Message]) -> bool:
+        """Whether this side may send a message of type ``kind`` now (what `send` and
+        `send_encoded` check)."""
+        return kind in self._sendable
+
     def send_encoded(self, kind: type[Message], frame: bytes) -> bytes:
         """``send`` of a message of type ``kind`` that is already encoded into ``frame``
         (e.g. by `deliver_frame`): the check that this side may send it now. Only for

@@ -719,26 +719,28 @@ class AsyncClient:
             if not self._reconnecting():  # the queue was closed: the connection is lost
                 raise self._error()
 
-    def _send_frames_nowait(self, frames: list[bytes], through: bool = False) -> bool:
-        """``_send_frames`` without waiting: queue all of ``frames`` and return True if
-        the connection is ready and its queue has room for them; else queue nothing
-        and return False."""
+    def _room_now(self) -> int:
+        """How many Publish frames `_send_frames_nowait` would queue now (0: none, the
+        connection is not ready or its queue is full)."""
         outgoing = self._outgoing
         if (
             self._failure is not None
             or outgoing.closed
-            or len(outgoing.frames) + len(frames) > outgoing.limit
             or not self._ready.is_set()
+            or not self._conn.may_send(Publish)
         ):
-            return False
-        self._conn.send_encoded(Publish, frames[0])
+            return 0
+        return max(0, outgoing.limit - len(outgoing.frames))
+
+    def _send_frames_nowait(self, frames: list[bytes], through: bool = False) -> None:
+        """``_send_frames`` without waiting, for at most `_room_now` frames."""
+        outgoing = self._outgoing
         if through and len(frames) == 1:
             outgoing.put_through(frames[0])
         else:
             put = outgoing.put_nowait
             for frame in frames:
                 put(frame)
-        return True
 
     async def _wait_ready(self, deadline: float) -> None:
         """Wait until the connection is back; ``ConnectionLost`` after ``deadline``."""

@@ -106,15 +106,19 @@ class _Feeder:
         if failure is not None:
             raise _copy(failure)
 
-    def _take(self) -> tuple[list[bytes], bool]:
-        """(the frames waiting, whether they are one publish alone in time); marks the
-        feeder idle when there are none (in the trio thread)."""
+    def _take(self, room: int | None = None) -> tuple[list[bytes], bool]:
+        """(the frames waiting, whether they are one publish alone in time), in the trio
+        thread; marks the feeder idle when there are none. ``room``: take them only if
+        they are at most that many, else none and leave the feeder busy."""
         with self._lock:
-            frames, self._frames = self._frames, []
-            if frames:
-                self._taken.notify_all()
-            else:
+            frames = self._frames
+            if not frames:
                 self._busy = False
+            elif room is not None and len(frames) > room:
+                return [], False
+            else:
+                self._frames = []
+                self._taken.notify_all()
         now = time.monotonic_ns()
         alone = len(frames) == 1 and now - self._last_ns >= WRITE_THROUGH_GAP_NS
         self._last_ns = now
@@ -122,28 +126,22 @@ class _Feeder:
 
     def _hand_over(self) -> None:
         """Woken by a caller (``run_sync_soon``): hand the frames over at once when the
-        connection takes them without waiting (one pass of the scheduler less on
+        connection takes them all without waiting (one pass of the scheduler less on
         the way of an event at low rates), else wake the feeder task for them."""
-        if self._came:  # the task is idle
-            frames, alone = self._take()
-            if not frames:
+        room = self._aclient._room_now()
+        if self._came and room:  # the task is idle and the connection takes frames
+            frames, alone = self._take(room)
+            if not frames and not self._busy:
                 self._idle.unpark_all()
                 return
-            try:
-                handed = self._aclient._send_frames_nowait(frames, through=alone)
-            except Exception:  # (a protocol state refusing Publish) the task raises it
-                handed = False
-            if handed:
+            if frames:
+                self._aclient._send_frames_nowait(frames, through=alone)
                 with self._lock:
-                    if self._frames:  # more came meanwhile: the task takes them
-                        self._came.unpark_all()
-                        return
-                    self._busy = False
-                self._idle.unpark_all()
-                return
-            with self._lock:  # the task hands them over, in order
-                self._frames[:0] = frames
-                self._busy = True
+                    if not self._frames:
+                        self._busy = False
+                if not self._busy:
+                    self._idle.unpark_all()
+                    return
         self._came.unpark_all()
 
     async def run(self) -> None:
@@ -390,7 +388,6 @@ class Subscription:
         self._client = client
         self._inner = inner
         self._deliveries = deliveries  # filled by the trio client's I/O task; None: ended
-        self._ended = False  # None was taken: what follows it is never returned
 
     @property
     def id(self) -> int:
@@ -414,17 +411,15 @@ class Subscription:
         """
         if self._client._closed:
             raise ClientClosed("the client is closed")
-        if not self._ended:
-            try:
-                delivery = self._deliveries.get(timeout=timeout)
-            except queue.Empty:
-                message = f"no event for subscription {self.id} within {timeout} s"
-                raise TimeoutError(message) from None
-            if delivery is not None:
-                return delivery
-            self._ended = True
-            self._deliveries.put(None)  # for other threads waiting on it
-        raise self._inner._ended()
+        try:
+            delivery = self._deliveries.get(timeout=timeout)
+        except queue.Empty:
+            message = f"no event for subscription {self.id} within {timeout} s"
+            raise TimeoutError(message) from None
+        if delivery is None:  # the end, for every later call too
+            self._deliveries.put(None)
+            raise self._inner._ended()
+        return delivery
 
     def next(self, timeout: float | None = None) -> dict[str, Any]:
         """The attributes of the next event (see ``next_delivery``)."""

@@ -89,7 +89,8 @@ class FakeBroker:
 
     ``refuse``: answer Hello with this Error; ``answer_hello``: False to stay silent;
     ``flush_gate``: if set, FlushAck waits for it (``flush_seen`` is set on Flush);
-    ``stall``: read nothing more after answering Hello.
+    ``stall``: read nothing more after answering Hello; ``read_gate``: if set, read
+    nothing more after answering Hello until it is set.
     """
 
     def __init__(self) -> None:
@@ -102,6 +103,7 @@ class FakeBroker:
         self.flush_gate: trio.Event | None = None
         self.flush_seen = trio.Event()
         self.stall = False
+        self.read_gate: trio.Event | None = None
         self.token: trio.lowlevel.TrioToken | None = None
 
     async def start(self, nursery: trio.Nursery) -> None:
@@ -140,6 +142,8 @@ class FakeBroker:
                 await link.send(self.refuse or Welcome(PROTOCOL_VERSION, "fake"))
                 if self.stall:
                     await trio.sleep_forever()
+                if self.read_gate is not None:
+                    await self.read_gate.wait()
             case Subscribe(sub_id=sub_id, filter=wire):
                 link.subs[sub_id] = Filter.from_wire(wire)
                 await link.send(SubAck(sub_id))
@@ -738,7 +742,7 @@ def test_blocking_publish_waits_for_room_and_fails_when_the_connection_is_lost(
     def publish_until_it_fails(c: client.Client) -> None:
         nonlocal published
         try:
-            while True:
+            while published < 6 * OUTGOING_FRAMES:  # (without backpressure: a bound)
                 c.publish({"blob": b"x" * 10_000})
                 published += 1
         except client.ConnectionLost as exc:
@@ -756,3 +760,61 @@ def test_blocking_publish_waits_for_room_and_fails_when_the_connection_is_lost(
         thread_broker.call(thread_broker.link.stream.aclose)
         thread.join(timeout=5)
         assert outcome and published == before
+
+
+def test_blocking_close_sends_what_was_published_then_bye(thread_broker: FakeBroker) -> None:
+    with blocking(thread_broker) as c:
+        for n in range(3 * OUTGOING_FRAMES):
+            c.publish({"n": n})
+    kinds = thread_broker.kinds()
+    assert kinds == [Hello] + [Publish] * (3 * OUTGOING_FRAMES) + [Bye]
+
+
+def _gated_publisher(fake: FakeBroker, then: Callable[[client.Client], None]) -> list[type]:
+    """Publish more big events than the connection and the queues hold while the broker
+    reads nothing, call ``then`` (flush, close) while the last ones are still on
+    their way, then let the broker read; what the broker received, in order."""
+    fake.read_gate = trio.Event()
+    c = blocking(fake)
+
+    def publish_then() -> None:
+        for n in range(3 * OUTGOING_FRAMES):
+            c.publish({"n": n, "blob": b"x" * 2000})
+        then(c)
+
+    thread = threading.Thread(target=publish_then, daemon=True)
+    thread.start()
+    time.sleep(0.5)  # the publisher is held by backpressure
+    assert thread.is_alive()
+    trio.from_thread.run_sync(fake.read_gate.set, trio_token=fake.token)
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    c.close()
+    return fake.kinds()
+
+
+def test_blocking_flush_comes_after_every_publish_on_its_way(thread_broker: FakeBroker) -> None:
+    kinds = _gated_publisher(thread_broker, client.Client.flush)
+    assert kinds[: 3 * OUTGOING_FRAMES + 2] == [Hello] + [Publish] * (3 * OUTGOING_FRAMES) + [Flush]
+
+
+def test_blocking_close_says_bye_after_every_publish_on_its_way(thread_broker: FakeBroker) -> None:
+    kinds = _gated_publisher(thread_broker, client.Client.close)
+    assert kinds == [Hello] + [Publish] * (3 * OUTGOING_FRAMES) + [Bye]
+
+
+def test_blocking_publish_reports_events_lost_while_reconnecting(thread_broker: FakeBroker) -> None:
+    """Reconnecting, a publish returns before its event is handed over; if the connection
+    does not come back in time, the event is lost and the next call says so."""
+    policy = client.Reconnect(initial_s=0.01, max_s=0.02, wait_s=0.2)
+    with client.Client.connect(HOST, thread_broker.port, name="b1", reconnect=policy) as c:
+        c.publish({"n": 0})
+        c.flush()
+        thread_broker.answer_hello = False  # the next connection never becomes ready
+        thread_broker.call(thread_broker.link.stream.aclose)
+        time.sleep(0.1)
+        c.publish({"n": 1})  # waits in the feeder, then is dropped
+        time.sleep(0.5)
+        with pytest.raises(client.ConnectionLost):
+            c.publish({"n": 2})
+        thread_broker.answer_hello = True
