@@ -818,3 +818,41 @@ def test_blocking_publish_reports_events_lost_while_reconnecting(thread_broker: 
         with pytest.raises(client.ConnectionLost):
             c.publish({"n": 2})
         thread_broker.answer_hello = True
+
+
+def test_the_feeder_hands_over_at_once_only_what_the_connection_has_room_for() -> None:
+    """A lone frame that the connection has room for is handed over by the wake-up
+    itself; frames beyond the room go to the feeder task, which waits for room."""
+    from client.blocking import _Feeder
+
+    class Connection:
+        _failure = None
+
+        def __init__(self) -> None:
+            self.at_once: list[list[bytes]] = []
+            self.by_task: list[list[bytes]] = []
+
+        def _room_now(self) -> int:
+            return 3
+
+        def _send_frames_nowait(self, frames: list[bytes], through: bool = False) -> None:
+            self.at_once.append(frames)
+
+        async def _send_frames(self, frames: list[bytes], through: bool = False) -> None:
+            self.by_task.append(frames)
+
+    async def main() -> None:
+        conn = Connection()
+        feeder = _Feeder(conn, trio.lowlevel.current_trio_token())  # type: ignore[arg-type]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(feeder.run)
+            await trio.testing.wait_all_tasks_blocked()
+            feeder.put([b"a"])
+            await feeder.drained()
+            assert (conn.at_once, conn.by_task) == ([[b"a"]], [])
+            feeder.put([b"b", b"c", b"d", b"e"])  # more than the room
+            await feeder.drained()
+            assert (conn.at_once, conn.by_task) == ([[b"a"]], [[b"b", b"c", b"d", b"e"]])
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
