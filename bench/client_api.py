@@ -162,20 +162,19 @@ class Tally:
         self.t_last_ns = 0
         self.latencies: list[int] | None = [] if latencies else None
         self.cpu_start = time.process_time()  # reset when the subscriber is ready
-        self.cpu_s = 0.0
 
     def took(self, events: list[dict[str, Any]]) -> bool:
         """Count ``events``, just handed to the subscriber's code; True once all came."""
         now = time.time_ns()
         self.received += len(events)
         self.t_last_ns = now
-        self.cpu_s = time.process_time() - self.cpu_start
         if self.latencies is not None:
             self.latencies += [now - e["t"] for e in events]
         return self.received >= self.count
 
     def result(self) -> dict[str, Any]:
-        return {"received": self.received, "t_last_ns": self.t_last_ns, "cpu_s": self.cpu_s,
+        cpu_s = time.process_time() - self.cpu_start  # (the run ends at its last event)
+        return {"received": self.received, "t_last_ns": self.t_last_ns, "cpu_s": cpu_s,
                 "latencies_ns": self.latencies}  # fmt: skip
 
 
@@ -507,6 +506,12 @@ class Broker:
             self._impl.stop()
             self._impl = None
 
+    def cpu_s(self) -> float:
+        """CPU time (user + system) the broker process has used so far."""
+        pid = self._impl.pid(1) if self.kind == "hop" else self._impl.proc.pid
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
 
 def scenario(broker: Broker, port: int, fanout: int, count: int, rate: float) -> dict[str, Any]:
     """One run: filler, ``fanout`` subscribers, then the publisher; their results."""
@@ -525,13 +530,17 @@ def scenario(broker: Broker, port: int, fanout: int, count: int, rate: float) ->
         pub = Worker(Job("pub", broker.client, port, count, rate, "bench-pub"))
         workers.append(pub)
         pub.wait_ready()
+        broker_cpu = broker.cpu_s()
         published = pub.result()
         received = [sub.result() for sub in subs]
+        broker_cpu = broker.cpu_s() - broker_cpu
         filler.result()
     finally:
         for worker in workers:
             worker.stop()
-    return summarize_run(published, received, count, rate)
+    run = summarize_run(published, received, count, rate)
+    run["broker_cpu_us_per_event"] = round(broker_cpu / count * 1e6, 2)
+    return run
 
 
 def summarize_run(
@@ -600,6 +609,7 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in (*(f"fanout{f}" for f in FANOUTS), "latency_500"):
         fields = ["events_per_s", "pub_cpu_us_per_event", "sub_cpu_us_per_event"]
+        fields += ["broker_cpu_us_per_event"]
         if key == "latency_500":
             fields += ["p50_us", "p99_us"]
         out[key] = {field: med(key, field) for field in fields}
@@ -650,7 +660,8 @@ def _line(result: dict[str, Any]) -> str:
     f1, f4, low = result["fanout1"], result["fanout4"], result["latency_500"]
     return (
         f"1-to-1 {f1['events_per_s']:>9.0f}/s (lost {f1['lost']}, cpu pub "
-        f"{f1['pub_cpu_us_per_event']} sub {f1['sub_cpu_us_per_event']} us/event)  "
+        f"{f1['pub_cpu_us_per_event']} sub {f1['sub_cpu_us_per_event']} "
+        f"broker {f1['broker_cpu_us_per_event']} us/event)  "
         f"1-to-4 {f4['events_per_s']:>9.0f}/s (lost {f4['lost']})  "
         f"p50 at 500/s {low['p50_us']} us"
     )
