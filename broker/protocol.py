@@ -247,7 +247,9 @@ def new_event_frame(
     ``routing.validate_event`` (`messages.encode_new_event`): a client's publish. Send
     it with ``Connection.send_encoded(Publish, frame)``."""
     payload = encode_new_event(event_id, publisher, attributes, t_publish_ns)
-    return _framed("Publish", payload, max_frame)
+    if len(payload) > max_frame:  # (`_framed`, inline: once per event a client publishes)
+        return _framed("Publish", payload, max_frame)
+    return _LENGTH.pack(len(payload)) + payload
 
 
 def forwarded_frame(event: Publish, broker_id: str, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:

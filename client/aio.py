@@ -562,15 +562,33 @@ class AsyncClient:
         """
         event = _checked(attributes)
         now = time.time_ns()
+        name = self.name
         if event_id is None:
             seq = self._event_seq + 1
-            event_id = f"{self.name}:{seq}"
-            frame = _encoded(event_id, self.name, event, now)
+            event_id = f"{name}:{seq}"
+            try:
+                frame = new_event_frame(event_id, name, event, now)
+            except OverflowError:  # (`_encoded`, inline)
+                validate_event(event)
+                raise
             self._event_seq = seq  # (a rejected event uses no id)
         else:
-            frame = _encoded(event_id, self.name, event, now)
+            frame = _encoded(event_id, name, event, now)
         alone = now - self._last_publish_ns >= WRITE_THROUGH_GAP_NS
         self._last_publish_ns = now
+        # `_send`'s way, straight: queue the frame if the connection is up and its
+        # queue has room (nearly always); else `_send` waits, reconnects or raises.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        outgoing = self._outgoing
+        if (
+            self._failure is None
+            and not outgoing.closed
+            and self._ready.is_set()
+            and (outgoing.put_through if alone else outgoing.put_nowait)(
+                self._conn.send_encoded(Publish, frame)
+            )
+        ):
+            return event_id
         await self._send(frame, through=alone)
         return event_id
 
