@@ -84,9 +84,11 @@ from broker.messages import (
     UnsubAck,
     Unsubscribe,
     Welcome,
+    _build_deliver,
     decode_message,
     decoders,
     deliver_head,
+    deliveries_decoder,
     deliveries_head,
     encode_forwarded,
     encode_message,
@@ -430,6 +432,7 @@ class Connection:
         self._subscriptions: set[int] = set()  # a limited peer's subscriptions in force
         self._keep_frames = keep_frames
         self._decoders = DECODERS if build_deliver is None else decoders(build_deliver)
+        self._decode_deliveries = deliveries_decoder(build_deliver or _build_deliver)
         self.received_frames: bytes | bytearray = b""
         """With `keep_frames`: the frames (length prefixes included) of the messages the
         last receive_data returned, as received (a broker's trace decodes them again)."""
@@ -588,6 +591,10 @@ class Connection:
         as a Deliver frame would be."""
         if Deliver not in self._receivable:
             raise self._unexpected(Deliver, receiving=True)
+        count = len(messages)
+        if self._decode_deliveries(elements, messages):
+            return
+        del messages[count:]  # a bad element: find it, and say what is wrong with it
         by_code = self._decoders
         from_wire = by_code[Deliver.TYPE][2]
         for wire in elements:
