@@ -421,6 +421,20 @@ class Subscription:
             raise self._inner._ended()
         return delivery
 
+    def next_batch(self, timeout: float | None = None) -> list[Delivery]:
+        """The next delivery with every other one already received, waiting at most
+        ``timeout`` seconds for the first (see ``next_delivery``, which raises as this
+        does): for subscribers taking tens of thousands of events a second."""
+        batch = [self.next_delivery(timeout)]
+        get = self._deliveries.get_nowait
+        try:
+            while (delivery := get()) is not None:
+                batch.append(delivery)
+        except queue.Empty:
+            return batch
+        self._deliveries.put(None)  # the end: the next call raises
+        return batch
+
     def next(self, timeout: float | None = None) -> dict[str, Any]:
         """The attributes of the next event (see ``next_delivery``)."""
         return self.next_delivery(timeout).attributes

@@ -856,3 +856,22 @@ def test_the_feeder_hands_over_at_once_only_what_the_connection_has_room_for() -
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_blocking_next_batch_takes_what_was_received_then_the_end(
+    thread_broker: FakeBroker,
+) -> None:
+    with blocking(thread_broker) as c:
+        sub = c.subscribe("n >= 0")
+        c.publish_many({"n": n} for n in range(5))
+        c.flush()
+        c.ping()  # the Delivers came before the Pong
+        assert [d.attributes["n"] for d in sub.next_batch(timeout=5)] == [0, 1, 2, 3, 4]
+        with pytest.raises(TimeoutError):
+            sub.next_batch(timeout=0.05)
+        c.publish({"n": 5})
+        c.flush()
+        c.unsubscribe(sub)
+        assert [d.attributes["n"] for d in sub.next_batch(timeout=5)] == [5]
+        with pytest.raises(client.SubscriptionClosed):
+            sub.next_batch(timeout=5)
