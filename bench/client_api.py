@@ -671,12 +671,14 @@ def _line(result: dict[str, Any]) -> str:
 
 
 def table(result: dict[str, Any]) -> str:
-    """The markdown table of a result file: one row per system."""
+    """The markdown table of a result file: one row per system (CPU per event: of the
+    1-to-1 saturation run), then the targets."""
     systems = result["systems"]
     rows = [
         "| system | 1-to-1 events/s | 1-to-4 events/s per subscriber | p50 at 500/s (us) "
-        "| p99 at 500/s (us) | publisher CPU (us/event) | subscriber CPU (us/event) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| p99 at 500/s (us) | publisher CPU (us/event) | subscriber CPU (us/event) "
+        "| broker CPU (us/event) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def cell(value: float | None, digits: int = 0) -> str:
@@ -690,7 +692,8 @@ def table(result: dict[str, Any]) -> str:
         rows.append(
             f"| {name} | {cell(f1['events_per_s'])} | {cell(f4['events_per_s'])} "
             f"| {cell(low['p50_us'])} | {cell(low['p99_us'])} "
-            f"| {cell(f1['pub_cpu_us_per_event'], 2)} | {cell(f1['sub_cpu_us_per_event'], 2)} |"
+            f"| {cell(f1['pub_cpu_us_per_event'], 2)} | {cell(f1['sub_cpu_us_per_event'], 2)} "
+            f"| {cell(f1.get('broker_cpu_us_per_event'), 2)} |"
         )
     lines = ["\n".join(rows), ""]
     for t in result.get("targets", []):

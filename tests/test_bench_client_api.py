@@ -13,7 +13,7 @@ from bench import client_api
 
 def _run(rate: float, events_per_s: float, p50: float | None = None) -> dict[str, Any]:
     run = {"events_per_s": events_per_s, "pub_cpu_us_per_event": 4.0,
-           "sub_cpu_us_per_event": 3.0, "lost": 0}  # fmt: skip
+           "sub_cpu_us_per_event": 3.0, "broker_cpu_us_per_event": 9.0, "lost": 0}  # fmt: skip
     if rate:
         run |= {"p50_us": p50, "p99_us": 2 * (p50 or 0)}
     return run
@@ -65,7 +65,7 @@ def test_medians_targets_and_table() -> None:
         "subscriptions_installed": 1000,
     }
     table = client_api.table(result)
-    assert "| hop-trio | 110 | 45 | 230 | 460 | 4.00 | 3.00 |" in table
+    assert "| hop-trio | 110 | 45 | 230 | 460 | 4.00 | 3.00 | 9.00 |" in table
     assert "- hop-blocking 1-to-1 events/s: 30 vs mosquitto-paho 40: NOT met" in table
     assert client_api.targets({})[0]["target_met"] is None  # not measured
 
