@@ -81,3 +81,22 @@ def test_a_short_run_of_our_clients_in_their_own_processes(tmp_path: Path) -> No
             assert system[key]["lost"] == 0 and system[key]["events_per_s"] > 0
         assert system["latency_500"]["p50_us"] > 0
         assert len(system["samples"]) == 1
+
+
+def test_a_missing_mqtt_client_is_skipped_saying_why(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    from bench import mqtt
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(mqtt, "find_mosquitto", lambda: ("/usr/sbin/mosquitto", None))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "gmqtt" else found(name)
+    )
+    systems, skipped, path = client_api.available(list(client_api.SYSTEMS))
+    assert "mosquitto-gmqtt" not in systems and "hop-trio" in systems
+    assert skipped == {"mosquitto-gmqtt": "gmqtt is not installed: pip install -e '.[bench]'"}
+    assert path == "/usr/sbin/mosquitto"
+    assert "skipping mosquitto-gmqtt: gmqtt is not installed" in capsys.readouterr().err
