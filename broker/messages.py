@@ -553,6 +553,53 @@ def _deliver_decoder(build: DeliverBuilder) -> Callable[[list[Any]], Any]:
     return from_wire
 
 
+DeliveriesDecoder = Callable[[list[Any], list[Any]], bool]
+
+
+def deliveries_decoder(build: DeliverBuilder = _build_deliver) -> DeliveriesDecoder:
+    """What decodes the elements of a `Deliveries` frame at once: ``decode(elements,
+    out)`` appends ``build`` of each element's fields to ``out`` and returns True if
+    every element is a well-typed Deliver wire array; else it returns False at the
+    first that is not (the caller then names the culprit as a frame of its own would).
+
+    The checks of `_deliver_decoder`'s ``from_wire``, `_ints_typed` and `_event_typed`,
+    in one loop over the frame (three calls less per delivery: a subscriber takes
+    tens of thousands a second)."""
+    code_of_deliver = Deliver.TYPE
+    scalars = _SCALAR_TYPES
+
+    def decode(elements: list[Any], out: list[Any]) -> bool:
+        append = out.append
+        for wire in elements:
+            if type(wire) is not list or len(wire) != 7:
+                return False
+            code, sub_ids, event_id, publisher, attributes, path, t_ns = wire
+            if (
+                code != code_of_deliver
+                or type(code) is not int
+                or type(sub_ids) is not list
+                or type(event_id) is not str
+                or type(publisher) is not str
+                or type(attributes) is not dict
+                or type(path) is not list
+                or type(t_ns) is not int
+            ):
+                return False
+            for sub_id in sub_ids:
+                if type(sub_id) is not int:
+                    return False
+            for hop in path:
+                if type(hop) is not str:
+                    return False
+            for key, value in attributes.items():
+                if type(key) is not str or type(value) not in scalars:
+                    return False
+            append(build(sub_ids, event_id, publisher, attributes, path, t_ns))
+        return True
+
+    return decode
+
+
 class Deliveries:
     """Not a message type but the type of a frame that carries several Delivers to a
     client: ``[24, [deliver, ...]]``, each element the whole wire array of a Deliver,

@@ -84,9 +84,11 @@ from broker.messages import (
     UnsubAck,
     Unsubscribe,
     Welcome,
+    _build_deliver,
     decode_message,
     decoders,
     deliver_head,
+    deliveries_decoder,
     deliveries_head,
     encode_forwarded,
     encode_message,
@@ -247,7 +249,9 @@ def new_event_frame(
     ``routing.validate_event`` (`messages.encode_new_event`): a client's publish. Send
     it with ``Connection.send_encoded(Publish, frame)``."""
     payload = encode_new_event(event_id, publisher, attributes, t_publish_ns)
-    return _framed("Publish", payload, max_frame)
+    if len(payload) > max_frame:  # (`_framed`, inline: once per event a client publishes)
+        return _framed("Publish", payload, max_frame)
+    return _LENGTH.pack(len(payload)) + payload
 
 
 def forwarded_frame(event: Publish, broker_id: str, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
@@ -428,6 +432,7 @@ class Connection:
         self._subscriptions: set[int] = set()  # a limited peer's subscriptions in force
         self._keep_frames = keep_frames
         self._decoders = DECODERS if build_deliver is None else decoders(build_deliver)
+        self._decode_deliveries = deliveries_decoder(build_deliver or _build_deliver)
         self.received_frames: bytes | bytearray = b""
         """With `keep_frames`: the frames (length prefixes included) of the messages the
         last receive_data returned, as received (a broker's trace decodes them again)."""
@@ -518,6 +523,11 @@ class Connection:
             self._on_sent(message)
         return frame
 
+    def may_send(self, kind: type[Message]) -> bool:
+        """Whether this side may send a message of type ``kind`` now (what `send` and
+        `send_encoded` check)."""
+        return kind in self._sendable
+
     def send_encoded(self, kind: type[Message], frame: bytes) -> bytes:
         """``send`` of a message of type ``kind`` that is already encoded into ``frame``
         (e.g. by `deliver_frame`): the check that this side may send it now. Only for
@@ -581,6 +591,10 @@ class Connection:
         as a Deliver frame would be."""
         if Deliver not in self._receivable:
             raise self._unexpected(Deliver, receiving=True)
+        count = len(messages)
+        if self._decode_deliveries(elements, messages):
+            return
+        del messages[count:]  # a bad element: find it, and say what is wrong with it
         by_code = self._decoders
         from_wire = by_code[Deliver.TYPE][2]
         for wire in elements:

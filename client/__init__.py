@@ -20,7 +20,8 @@ Trio::
 
 ``subscribe`` returns once the subscription is in force everywhere; ``publish``
 returns once the event is handed to the connection, and ``flush`` waits until the
-broker has accepted everything published before. Subscription queues are unbounded:
+broker has accepted everything published before. ``publish_many(events)`` publishes
+several in order, every one checked before any is sent. Subscription queues are unbounded:
 the application must consume what it subscribes to.
 """
 

@@ -1,31 +1,57 @@
 """The blocking client, for scripts and notebooks: ``Client.connect(...)``.
 
-The trio client (``client.aio``) runs in a daemon thread of its own (``trio.run``);
-each method marshals one call into it with ``trio.from_thread.run`` and blocks until
-it is done, so exceptions raised there reach the caller with their own type. Calls may
-come from several threads. ``close()`` (or leaving the ``with`` block) ends the thread
-and closes the socket.
+The trio client (``client.aio``) runs in a daemon thread of its own (``trio.run``).
+Calls may come from several threads. ``close()`` (or leaving the ``with`` block) ends
+the thread and closes the socket.
+
+The hand-off between the caller's thread and the trio thread is what a blocking
+client costs beyond the trio client, so it is kept off the way of each event:
+
+* ``publish`` checks and encodes the event in the caller's thread (an invalid event
+  raises there, before anything is sent) and appends its frame to a list shared with
+  a feeder task in the trio thread (`_Feeder`), which it wakes with one
+  ``run_sync_soon`` per batch: a publisher in a loop wakes it once per batch of
+  frames, not once per event. The list holds at most ``OUTGOING_FRAMES`` frames; a
+  publish that finds it full waits until the feeder takes them (backpressure, as
+  the trio client's full queue). ``flush`` and ``close`` first wait until the feeder
+  has handed every frame published before to the connection, so their guarantees
+  are the trio client's.
+* a subscription's deliveries go from the trio client's I/O task straight into a
+  thread-safe queue (``queue.SimpleQueue``) that ``next`` takes from, without
+  waking the trio thread.
+
+Every other call marshals one call into the trio thread with ``trio.from_thread.run``
+and blocks until it is done, so exceptions raised there reach the caller with their
+own type.
 """
 
 import queue
 import ssl
 import threading
-from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, suppress
-from functools import partial
 from types import TracebackType
 from typing import Any, TypeVar
 
 import trio
 
 from client.aio import (
+    CLOSE_TIMEOUT,
+    OUTGOING_FRAMES,
+    WRITE_THROUGH_GAP_NS,
     AsyncClient,
     AsyncSubscription,
     ClientClosed,
+    ConnectionLost,
     Delivery,
     Reconnect,
     SubscriptionClosed,
+    _checked,
+    _checked_all,
+    _copy,
+    _encoded,
+    _encoded_all,
     open_client,
 )
 from routing import Filter, parse_filter
@@ -33,7 +59,115 @@ from routing import Filter, parse_filter
 __all__ = ["Client", "Subscription"]
 
 _T = TypeVar("_T")
-_Ready = tuple[AsyncClient, trio.lowlevel.TrioToken, trio.Event] | BaseException
+_Ready = tuple[AsyncClient, trio.lowlevel.TrioToken, trio.Event, "_Feeder"] | BaseException
+
+
+class _Feeder:
+    """Publish frames on their way from callers' threads into the trio client (see the
+    module doc). Callers `put` frames; the feeder task (`run`, in the trio thread)
+    hands them to the connection in order. A failure to hand them over (the
+    connection lost or closed) is raised by the next `put` or `drained`, once."""
+
+    def __init__(self, aclient: AsyncClient, token: trio.lowlevel.TrioToken) -> None:
+        self._aclient = aclient
+        self._token = token
+        self._lock = threading.Lock()
+        self._taken = threading.Condition(self._lock)  # the feeder took the frames
+        self._frames: list[bytes] = []
+        self._busy = False  # frames are waiting or being handed over; the task is woken
+        self._error: Exception | None = None
+        self._came = trio.lowlevel.ParkingLot()  # the feeder task waits here
+        self._idle = trio.lowlevel.ParkingLot()  # `drained` waits here
+        self._last_ns = 0  # time.monotonic_ns() of the last hand-over
+
+    def put(self, frames: list[bytes]) -> None:
+        """Queue ``frames`` (in the caller's thread); wait while OUTGOING_FRAMES wait."""
+        with self._lock:
+            while True:
+                self._raise_error()
+                if not self._frames or len(self._frames) + len(frames) <= OUTGOING_FRAMES:
+                    break
+                self._taken.wait()
+            self._frames += frames
+            if self._busy:
+                return
+            self._busy = True
+        try:
+            self._token.run_sync_soon(self._hand_over)
+        except trio.RunFinishedError:
+            raise ClientClosed("the client is closed") from None
+
+    def _raise_error(self) -> None:
+        """Raise (once) what the feeder met, or the client's end (under the lock)."""
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        failure = self._aclient._failure
+        if failure is not None:
+            raise _copy(failure)
+
+    def _take(self, room: int | None = None) -> tuple[list[bytes], bool]:
+        """(the frames waiting, whether they are one publish alone in time), in the trio
+        thread; marks the feeder idle when there are none. ``room``: take them only if
+        they are at most that many, else none and leave the feeder busy."""
+        with self._lock:
+            frames = self._frames
+            if not frames:
+                self._busy = False
+            elif room is not None and len(frames) > room:
+                return [], False
+            else:
+                self._frames = []
+                self._taken.notify_all()
+        now = time.monotonic_ns()
+        alone = len(frames) == 1 and now - self._last_ns >= WRITE_THROUGH_GAP_NS
+        self._last_ns = now
+        return frames, alone
+
+    def _hand_over(self) -> None:
+        """Woken by a caller (``run_sync_soon``): hand the frames over at once when the
+        connection takes them all without waiting (one pass of the scheduler less on
+        the way of an event at low rates), else wake the feeder task for them."""
+        room = self._aclient._room_now()
+        if self._came and room:  # the task is idle and the connection takes frames
+            frames, alone = self._take(room)
+            if not frames and not self._busy:
+                self._idle.unpark_all()
+                return
+            if frames:
+                self._aclient._send_frames_nowait(frames, through=alone)
+                with self._lock:
+                    if not self._frames:
+                        self._busy = False
+                if not self._busy:
+                    self._idle.unpark_all()
+                    return
+        self._came.unpark_all()
+
+    async def run(self) -> None:
+        """The feeder task: hand the frames over as they come, until cancelled."""
+        while True:
+            frames, alone = self._take()
+            if not frames:
+                self._idle.unpark_all()
+                await self._came.park()
+                continue
+            try:
+                await self._aclient._send_frames(frames, through=alone)
+            except Exception as exc:  # raised in the caller's thread
+                with self._lock:
+                    self._error = exc
+                    self._taken.notify_all()
+
+    async def drained(self) -> None:
+        """Wait until every frame put before is handed to the connection; raise what
+        the feeder met meanwhile."""
+        while self._busy:
+            await self._idle.park()
+        with self._lock:
+            error, self._error = self._error, None
+        if error is not None:
+            raise error
 
 
 async def _serve(
@@ -51,8 +185,15 @@ async def _serve(
             ready.put(exc)
             return
         stop = trio.Event()
-        ready.put((aclient, trio.lowlevel.current_trio_token(), stop))
-        await stop.wait()
+        token = trio.lowlevel.current_trio_token()
+        feeder = _Feeder(aclient, token)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(feeder.run)
+            ready.put((aclient, token, stop, feeder))
+            await stop.wait()
+            with suppress(ConnectionLost), trio.move_on_after(CLOSE_TIMEOUT):
+                await feeder.drained()  # what was published goes out before Bye
+            nursery.cancel_scope.cancel()
 
 
 class Client:
@@ -63,13 +204,18 @@ class Client:
         aclient: AsyncClient,
         token: trio.lowlevel.TrioToken,
         stop: trio.Event,
+        feeder: _Feeder,
         thread: threading.Thread,
     ) -> None:
         """Wrap a trio client running in ``thread``; ``Client.connect`` builds this."""
         self._aclient = aclient
         self._token = token
         self._stop = stop
+        self._feeder = feeder
         self._thread = thread
+        self._closed = False  # close() was called
+        self._seq_lock = threading.Lock()
+        self._event_seq = 0  # of the last event published with a default id
 
     @classmethod
     def connect(
@@ -148,7 +294,17 @@ class Client:
         once the subscription is in force everywhere. Bad filter text raises
         ``routing.FilterSyntaxError`` before anything is sent."""
         parsed = parse_filter(filter) if isinstance(filter, str) else filter
-        return Subscription(self, self._call(self._aclient.subscribe, parsed))
+        deliveries: queue.SimpleQueue[Delivery | None] = queue.SimpleQueue()
+        return Subscription(self, self._call(self._subscribe, parsed, deliveries), deliveries)
+
+    async def _subscribe(
+        self, filter: Filter, deliveries: "queue.SimpleQueue[Delivery | None]"
+    ) -> AsyncSubscription:
+        """In the trio thread: subscribe, then hand the deliveries to ``deliveries``
+        (none is missed: nothing runs in between)."""
+        inner = await self._aclient.subscribe(filter)
+        inner._hand_off(deliveries.put)
+        return inner
 
     def unsubscribe(self, subscription: "Subscription") -> None:
         """Remove ``subscription`` and wait for the broker's acknowledgement; its iterator
@@ -156,13 +312,44 @@ class Client:
         self._call(self._aclient.unsubscribe, subscription._inner)
 
     def publish(self, attributes: Mapping[str, Any], *, event_id: str | None = None) -> str:
-        """Publish an event; return its id. Returns once the event is handed to the
-        connection (see ``flush``); invalid events raise TypeError or ValueError."""
-        return self._call(partial(self._aclient.publish, attributes, event_id=event_id))
+        """Publish an event; return its id (default ``"{name}:{seq}"``, seq from 1).
+
+        Returns once the event is on its way to the connection, in order with every
+        other (see ``flush``); waits while many are (backpressure). An invalid event
+        raises TypeError or ValueError before anything is sent; a lost connection
+        raises ``ConnectionLost`` (when reconnecting, the next call may: events not
+        handed over in time are lost)."""
+        name = self._aclient.name
+        event = _checked(attributes)
+        if event_id is not None:
+            self._feeder.put([_encoded(event_id, name, event, time.time_ns())])
+            return event_id
+        with self._seq_lock:  # (a rejected event uses no id)
+            seq = self._event_seq + 1
+            frame = _encoded(f"{name}:{seq}", name, event, time.time_ns())
+            self._event_seq = seq
+        self._feeder.put([frame])
+        return f"{name}:{seq}"
+
+    def publish_many(self, events: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Publish ``events`` in order; return their ids (see
+        ``AsyncClient.publish_many``): every event is checked and encoded before any is
+        sent, an invalid one raises TypeError or ValueError and nothing is sent."""
+        checked = _checked_all(events)
+        with self._seq_lock:
+            ids, frames = _encoded_all(self._aclient.name, self._event_seq, checked, time.time_ns())
+            self._event_seq += len(ids)
+        for at in range(0, len(frames), OUTGOING_FRAMES):
+            self._feeder.put(frames[at : at + OUTGOING_FRAMES])
+        return ids
 
     def flush(self) -> None:
         """Wait until the broker has accepted everything this client sent before."""
-        self._call(self._aclient.flush)
+        self._call(self._flush)
+
+    async def _flush(self) -> None:
+        await self._feeder.drained()
+        await self._aclient.flush()
 
     def ping(self) -> float:
         """Round-trip time to the broker, in seconds."""
@@ -175,18 +362,11 @@ class Client:
     def close(self) -> None:
         """Say Bye, close the connection and wait for the trio thread to end. Pending and
         later calls raise ``ConnectionLost``. Idempotent."""
+        self._closed = True
         if self._thread.is_alive():
             with suppress(trio.RunFinishedError):  # the run is ending on its own
                 trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
             self._thread.join()
-
-
-async def _next_batch(sub: AsyncSubscription, timeout: float | None) -> list[Delivery]:
-    if timeout is None:
-        return await sub.next_batch()
-    with trio.move_on_after(timeout):
-        return await sub.next_batch()
-    raise TimeoutError(f"no event for subscription {sub.id} within {timeout} s")
 
 
 class Subscription:
@@ -196,13 +376,18 @@ class Subscription:
     closed or loses its connection.
 
     The queue is unbounded: the application must consume what it subscribes to.
-    Deliveries move to the calling thread in batches (everything queued at once).
+    Deliveries reach it from the trio thread without a call into that thread.
     """
 
-    def __init__(self, client: Client, inner: AsyncSubscription) -> None:
+    def __init__(
+        self,
+        client: Client,
+        inner: AsyncSubscription,
+        deliveries: "queue.SimpleQueue[Delivery | None]",
+    ) -> None:
         self._client = client
         self._inner = inner
-        self._buffer: deque[Delivery] = deque()
+        self._deliveries = deliveries  # filled by the trio client's I/O task; None: ended
 
     @property
     def id(self) -> int:
@@ -224,13 +409,31 @@ class Subscription:
         once unsubscribed and drained, ``ConnectionLost`` once the client is closed or
         its connection lost (and what was received is consumed).
         """
+        if self._client._closed:
+            raise ClientClosed("the client is closed")
         try:
-            return self._buffer.popleft()
-        except IndexError:
-            pass
-        first, *rest = self._client._call(_next_batch, self._inner, timeout)
-        self._buffer.extend(rest)
-        return first
+            delivery = self._deliveries.get(timeout=timeout)
+        except queue.Empty:
+            message = f"no event for subscription {self.id} within {timeout} s"
+            raise TimeoutError(message) from None
+        if delivery is None:  # the end, for every later call too
+            self._deliveries.put(None)
+            raise self._inner._ended()
+        return delivery
+
+    def next_batch(self, timeout: float | None = None) -> list[Delivery]:
+        """The next delivery with every other one already received, waiting at most
+        ``timeout`` seconds for the first (see ``next_delivery``, which raises as this
+        does): for subscribers taking tens of thousands of events a second."""
+        batch = [self.next_delivery(timeout)]
+        get = self._deliveries.get_nowait
+        try:
+            while (delivery := get()) is not None:
+                batch.append(delivery)
+        except queue.Empty:
+            return batch
+        self._deliveries.put(None)  # the end: the next call raises
+        return batch
 
     def next(self, timeout: float | None = None) -> dict[str, Any]:
         """The attributes of the next event (see ``next_delivery``)."""

@@ -9,7 +9,7 @@ matches. Async tests run it in the test's trio loop; blocking tests in a thread.
 import queue
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from functools import partial
 from typing import Any, TypeVar
 
@@ -47,6 +47,26 @@ HOST = "127.0.0.1"
 EVENT = {"type": "callForOffers", "family": 7, "price": 99.0}
 
 
+class _Name(str):
+    """A str subclass: not an accepted attribute name type."""
+
+
+class Event(Mapping[str, Any]):
+    """An event that is a mapping but no dict."""
+
+    def __init__(self, n: int) -> None:
+        self._items = {"n": n}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 class Link:
     """The fake broker's side of one client connection."""
 
@@ -69,7 +89,8 @@ class FakeBroker:
 
     ``refuse``: answer Hello with this Error; ``answer_hello``: False to stay silent;
     ``flush_gate``: if set, FlushAck waits for it (``flush_seen`` is set on Flush);
-    ``stall``: read nothing more after answering Hello.
+    ``stall``: read nothing more after answering Hello; ``read_gate``: if set, read
+    nothing more after answering Hello until it is set.
     """
 
     def __init__(self) -> None:
@@ -82,6 +103,7 @@ class FakeBroker:
         self.flush_gate: trio.Event | None = None
         self.flush_seen = trio.Event()
         self.stall = False
+        self.read_gate: trio.Event | None = None
         self.token: trio.lowlevel.TrioToken | None = None
 
     async def start(self, nursery: trio.Nursery) -> None:
@@ -120,6 +142,8 @@ class FakeBroker:
                 await link.send(self.refuse or Welcome(PROTOCOL_VERSION, "fake"))
                 if self.stall:
                     await trio.sleep_forever()
+                if self.read_gate is not None:
+                    await self.read_gate.wait()
             case Subscribe(sub_id=sub_id, filter=wire):
                 link.subs[sub_id] = Filter.from_wire(wire)
                 await link.send(SubAck(sub_id))
@@ -431,6 +455,77 @@ async def test_a_publish_waiting_for_room_fails_when_the_connection_is_lost(
 
 
 @pytest.mark.trio
+async def test_publish_many_checks_every_event_before_sending_any(broker: FakeBroker) -> None:
+    async with connect(broker) as c:
+        await c.publish({"family": 7})  # its names are known: the quick check applies
+        bad: list[Any] = [
+            [{"family": 7}, {"family": None}],  # a value of no accepted type
+            [{"family": 7}, {"7family": 7}],  # a bad name
+            [{"family": 7}, {"family": 2**64}],  # known name, integer out of range
+            [{"family": 7}, {_Name("family"): 7}],  # a name that is no plain str
+            [{"family": 7}, [("family", 7)]],  # not a mapping
+        ]
+        for events in bad:
+            with pytest.raises((TypeError, ValueError)) as info:
+                await c.publish_many(events)
+            assert "publish_many: event 1; nothing was sent" in info.value.__notes__
+        with pytest.raises(ValueError, match="64 bits"):  # as validate_event says it
+            await c.publish({"family": -(2**63) - 1})
+        await c.flush()
+        assert broker.kinds() == [Hello, Publish, Flush]
+        assert await c.publish_many([{"family": 7}, {"n": 1}]) == ["c1:2", "c1:3"]
+        assert await c.publish_many([]) == []
+
+
+@pytest.mark.trio
+async def test_publish_many_keeps_order_with_publish_and_flush_covers_it(
+    broker: FakeBroker,
+) -> None:
+    count = 3 * OUTGOING_FRAMES  # more than the queue holds: it waits for room
+    async with connect(broker) as c:
+        sub = await c.subscribe("n >= 0")
+        assert await c.publish({"n": 0}) == "c1:1"
+        ids = await c.publish_many(Event(n) for n in range(1, count + 1))  # any mappings
+        assert ids == [f"c1:{n}" for n in range(2, count + 2)]
+        await c.publish({"n": count + 1})
+        await c.flush()
+        published = [m for m in broker.received if isinstance(m, Publish)]
+        assert [m.attributes["n"] for m in published] == list(range(count + 2))
+        assert len({m.t_publish_ns for m in published[1:-1]}) == 1  # one call, one time
+        assert broker.kinds()[-1] is Flush  # every event before the Flush
+        got = [d.attributes["n"] for d in await sub.next_batch()]
+        while len(got) < count + 2:
+            got += [d.attributes["n"] for d in await sub.next_batch()]
+        assert got == list(range(count + 2))
+
+
+@pytest.mark.trio
+async def test_publish_many_waiting_for_room_fails_when_the_connection_is_lost(
+    broker: FakeBroker, nursery: trio.Nursery
+) -> None:
+    broker.stall = True
+    outcome: list[BaseException] = []
+    returned = trio.Event()
+
+    async def publish_many(c: client.AsyncClient) -> None:
+        try:
+            await c.publish_many([{"blob": b"x" * 10_000}] * (4 * OUTGOING_FRAMES))
+            returned.set()
+        except client.ConnectionLost as exc:
+            outcome.append(exc)
+
+    async with connect(broker) as c:
+        nursery.start_soon(publish_many, c)
+        await trio.sleep(0.3)
+        assert not returned.is_set() and not outcome  # waiting for room
+        await broker.link.stream.aclose()
+        with trio.fail_after(5):
+            while not outcome:
+                await trio.sleep(0.01)
+    assert not returned.is_set()
+
+
+@pytest.mark.trio
 async def test_refused_hello_raises_broker_error(broker: FakeBroker) -> None:
     broker.refuse = Error("auth", "bad secret")
     with pytest.raises(client.BrokerError) as info:
@@ -548,7 +643,6 @@ def test_blocking_close_ends_iteration(thread_broker: FakeBroker) -> None:
     assert list(sub) == []
 
 
-
 def test_blocking_invalid_input_raises_before_sending(thread_broker: FakeBroker) -> None:
     with blocking(thread_broker) as c:
         with pytest.raises(FilterSyntaxError):
@@ -604,3 +698,180 @@ def test_blocking_connect_errors(thread_broker: FakeBroker) -> None:
     with pytest.raises(TimeoutError):
         client.Client.connect(HOST, thread_broker.port, name="b1", timeout=0.2)
     assert threading.active_count() == before
+
+
+def test_blocking_publish_keeps_order_across_calls_and_flush_covers_it(
+    thread_broker: FakeBroker,
+) -> None:
+    count = 3 * OUTGOING_FRAMES
+    with blocking(thread_broker) as c:
+        sub = c.subscribe("n >= 0")
+        ids = [c.publish({"n": n}) for n in range(count)]
+        ids += c.publish_many({"n": n} for n in range(count, 2 * count))
+        assert ids == [f"b1:{n}" for n in range(1, 2 * count + 1)]
+        c.flush()
+        kinds = thread_broker.kinds()
+        assert kinds[-1] is Flush and kinds.count(Publish) == 2 * count
+        published = [m.attributes["n"] for m in thread_broker.received if isinstance(m, Publish)]
+        assert published == list(range(2 * count))
+        assert [sub.next(timeout=5)["n"] for _ in range(2 * count)] == published
+
+
+def test_blocking_publish_many_checks_every_event_before_sending_any(
+    thread_broker: FakeBroker,
+) -> None:
+    with blocking(thread_broker) as c:
+        with pytest.raises(TypeError) as info:
+            c.publish_many([{"family": 7}, {"family": None}])
+        assert "publish_many: event 1; nothing was sent" in info.value.__notes__
+        c.flush()
+        assert thread_broker.kinds() == [Hello, Flush]
+        assert c.publish_many([{"family": 7}]) == ["b1:1"]  # rejected events used no id
+
+
+def test_blocking_publish_waits_for_room_and_fails_when_the_connection_is_lost(
+    thread_broker: FakeBroker,
+) -> None:
+    """A broker that reads nothing: publish stops returning once the connection, the
+    trio client's queue and the hand-off hold all they may (backpressure), and raises
+    ConnectionLost once the connection is lost."""
+    thread_broker.stall = True
+    published = 0
+    outcome: list[BaseException] = []
+
+    def publish_until_it_fails(c: client.Client) -> None:
+        nonlocal published
+        try:
+            while published < 6 * OUTGOING_FRAMES:  # (without backpressure: a bound)
+                c.publish({"blob": b"x" * 10_000})
+                published += 1
+        except client.ConnectionLost as exc:
+            outcome.append(exc)
+
+    with blocking(thread_broker) as c:
+        thread = threading.Thread(target=publish_until_it_fails, args=(c,), daemon=True)
+        thread.start()
+        while True:  # until publishing stops
+            before = published
+            time.sleep(0.2)
+            if published == before:
+                break
+        assert OUTGOING_FRAMES <= published < 4 * OUTGOING_FRAMES and not outcome
+        thread_broker.call(thread_broker.link.stream.aclose)
+        thread.join(timeout=5)
+        assert outcome and published == before
+
+
+def test_blocking_close_sends_what_was_published_then_bye(thread_broker: FakeBroker) -> None:
+    with blocking(thread_broker) as c:
+        for n in range(3 * OUTGOING_FRAMES):
+            c.publish({"n": n})
+    kinds = thread_broker.kinds()
+    assert kinds == [Hello] + [Publish] * (3 * OUTGOING_FRAMES) + [Bye]
+
+
+def _gated_publisher(fake: FakeBroker, then: Callable[[client.Client], None]) -> list[type]:
+    """Publish more big events than the connection and the queues hold while the broker
+    reads nothing, call ``then`` (flush, close) while the last ones are still on
+    their way, then let the broker read; what the broker received, in order."""
+    fake.read_gate = trio.Event()
+    c = blocking(fake)
+
+    def publish_then() -> None:
+        for n in range(3 * OUTGOING_FRAMES):
+            c.publish({"n": n, "blob": b"x" * 2000})
+        then(c)
+
+    thread = threading.Thread(target=publish_then, daemon=True)
+    thread.start()
+    time.sleep(0.5)  # the publisher is held by backpressure
+    assert thread.is_alive()
+    trio.from_thread.run_sync(fake.read_gate.set, trio_token=fake.token)
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    c.close()
+    return fake.kinds()
+
+
+def test_blocking_flush_comes_after_every_publish_on_its_way(thread_broker: FakeBroker) -> None:
+    kinds = _gated_publisher(thread_broker, client.Client.flush)
+    assert kinds[: 3 * OUTGOING_FRAMES + 2] == [Hello] + [Publish] * (3 * OUTGOING_FRAMES) + [Flush]
+
+
+def test_blocking_close_says_bye_after_every_publish_on_its_way(thread_broker: FakeBroker) -> None:
+    kinds = _gated_publisher(thread_broker, client.Client.close)
+    assert kinds == [Hello] + [Publish] * (3 * OUTGOING_FRAMES) + [Bye]
+
+
+def test_blocking_publish_reports_events_lost_while_reconnecting(thread_broker: FakeBroker) -> None:
+    """Reconnecting, a publish returns before its event is handed over; if the connection
+    does not come back in time, the event is lost and the next call says so."""
+    policy = client.Reconnect(initial_s=0.01, max_s=0.02, wait_s=0.2)
+    with client.Client.connect(HOST, thread_broker.port, name="b1", reconnect=policy) as c:
+        c.publish({"n": 0})
+        c.flush()
+        thread_broker.answer_hello = False  # the next connection never becomes ready
+        thread_broker.call(thread_broker.link.stream.aclose)
+        time.sleep(0.1)
+        c.publish({"n": 1})  # waits in the feeder, then is dropped
+        time.sleep(0.5)
+        with pytest.raises(client.ConnectionLost):
+            c.publish({"n": 2})
+        thread_broker.answer_hello = True
+
+
+def test_the_feeder_hands_over_at_once_only_what_the_connection_has_room_for() -> None:
+    """A lone frame that the connection has room for is handed over by the wake-up
+    itself; frames beyond the room go to the feeder task, which waits for room."""
+    from client.blocking import _Feeder
+
+    class Connection:
+        _failure = None
+
+        def __init__(self) -> None:
+            self.at_once: list[list[bytes]] = []
+            self.by_task: list[list[bytes]] = []
+
+        def _room_now(self) -> int:
+            return 3
+
+        def _send_frames_nowait(self, frames: list[bytes], through: bool = False) -> None:
+            self.at_once.append(frames)
+
+        async def _send_frames(self, frames: list[bytes], through: bool = False) -> None:
+            self.by_task.append(frames)
+
+    async def main() -> None:
+        conn = Connection()
+        feeder = _Feeder(conn, trio.lowlevel.current_trio_token())  # type: ignore[arg-type]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(feeder.run)
+            await trio.testing.wait_all_tasks_blocked()
+            feeder.put([b"a"])
+            await feeder.drained()
+            assert (conn.at_once, conn.by_task) == ([[b"a"]], [])
+            feeder.put([b"b", b"c", b"d", b"e"])  # more than the room
+            await feeder.drained()
+            assert (conn.at_once, conn.by_task) == ([[b"a"]], [[b"b", b"c", b"d", b"e"]])
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_blocking_next_batch_takes_what_was_received_then_the_end(
+    thread_broker: FakeBroker,
+) -> None:
+    with blocking(thread_broker) as c:
+        sub = c.subscribe("n >= 0")
+        c.publish_many({"n": n} for n in range(5))
+        c.flush()
+        c.ping()  # the Delivers came before the Pong
+        assert [d.attributes["n"] for d in sub.next_batch(timeout=5)] == [0, 1, 2, 3, 4]
+        with pytest.raises(TimeoutError):
+            sub.next_batch(timeout=0.05)
+        c.publish({"n": 5})
+        c.flush()
+        c.unsubscribe(sub)
+        assert [d.attributes["n"] for d in sub.next_batch(timeout=5)] == [5]
+        with pytest.raises(client.SubscriptionClosed):
+            sub.next_batch(timeout=5)

@@ -1047,6 +1047,26 @@ BAD_DELIVERIES = [
         "Deliver.sub_ids[1]",
     ),
     case("not a list", [Deliveries.TYPE, [DELIVER_WIRE, "x"]], "got str"),
+    case(
+        "bad value",
+        [Deliveries.TYPE, [DELIVER_WIRE, [Deliver.TYPE, [1], "e", "p", {"a": None}, [], 5]]],
+        "Deliver.attributes['a']",
+    ),
+    case(
+        "bad name",
+        [Deliveries.TYPE, [DELIVER_WIRE, [Deliver.TYPE, [1], "e", "p", {1: 2}, [], 5]]],
+        "Deliver.attributes: keys must be str",
+    ),
+    case(
+        "bad hop",
+        [Deliveries.TYPE, [DELIVER_WIRE, [Deliver.TYPE, [1], "e", "p", {}, [7], 5]]],
+        "Deliver.path[0]",
+    ),
+    case(
+        "bad publisher",
+        [Deliveries.TYPE, [DELIVER_WIRE, [Deliver.TYPE, [1], "e", 3, {}, [], 5]]],
+        "Deliver.publisher",
+    ),
 ]
 
 

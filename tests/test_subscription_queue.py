@@ -112,3 +112,22 @@ def test_taking_a_queued_delivery_is_a_checkpoint() -> None:
         assert len(sub._queue) == 900  # the cancelled call took nothing
 
     trio.run(main)
+
+
+def test_a_handed_off_subscription_gives_what_was_queued_first_then_the_end() -> None:
+    """A consumer in another thread (the blocking client) gets, through its sink, the
+    deliveries queued before the hand-off, then each new one, then None at the end."""
+    sub = _sub()
+    sub._put(_delivery(0))
+    got: list[Delivery | None] = []
+    sub._hand_off(got.append)
+    sub._put(_delivery(1))
+    assert [d.event_id for d in got if d is not None] == ["e0", "e1"]
+    assert not sub._queue  # nothing left behind for next_delivery
+    sub._close(ConnectionLost("gone"))
+    assert got[-1] is None and len(got) == 3
+    ended = _sub()
+    ended._close(None)
+    late: list[Delivery | None] = []
+    ended._hand_off(late.append)  # handed off after its end: the end at once
+    assert late == [None]

@@ -1,0 +1,102 @@
+"""bench.client_api: the per-run summary, the medians and targets, the markdown table,
+and one short run of our two clients through their own processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import client_api
+
+
+def _run(rate: float, events_per_s: float, p50: float | None = None) -> dict[str, Any]:
+    run = {"events_per_s": events_per_s, "pub_cpu_us_per_event": 4.0,
+           "sub_cpu_us_per_event": 3.0, "broker_cpu_us_per_event": 9.0, "lost": 0}  # fmt: skip
+    if rate:
+        run |= {"p50_us": p50, "p99_us": 2 * (p50 or 0)}
+    return run
+
+
+def _system(rates: tuple[float, float, float]) -> dict[str, Any]:
+    one, four, p50 = rates
+    return {"fanout1": _run(0, one), "fanout4": _run(0, four), "latency_500": _run(500, 500, p50)}
+
+
+def test_a_run_is_summarized_from_what_its_processes_report() -> None:
+    published = {"t_first_ns": 1_000_000_000, "cpu_s": 0.5}
+    received = [
+        {"received": 1000, "t_last_ns": 1_100_000_000, "cpu_s": 0.2, "latencies_ns": None},
+        {"received": 990, "t_last_ns": 1_200_000_000, "cpu_s": 0.4, "latencies_ns": None},
+    ]
+    run = client_api.summarize_run(published, received, 1000, 0.0)
+    assert run["lost"] == 10
+    assert run["events_per_s"] == pytest.approx(1990 / 2 / 0.2, rel=1e-3)  # to the last one
+    assert (run["pub_cpu_us_per_event"], run["sub_cpu_us_per_event"]) == (500.0, 300.0)
+    latency = [{"received": 3, "t_last_ns": 1_010_000_000, "cpu_s": 0.0,
+                "latencies_ns": [100_000, 200_000, 300_000]}]  # fmt: skip
+    run = client_api.summarize_run(published, latency, 3, 500.0)
+    assert (run["p50_us"], run["p99_us"]) == (200.0, 300.0)
+
+
+def test_medians_targets_and_table() -> None:
+    samples = {
+        "hop-trio": [_system((100.0, 50.0, 220.0)), _system((120.0, 40.0, 240.0))],
+        "mosquitto-gmqtt": [_system((90.0, 45.0, 210.0))],
+        "hop-blocking": [_system((30.0, 20.0, 400.0))],
+        "mosquitto-paho": [_system((40.0, 10.0, 300.0))],
+    }
+    systems = {name: client_api.summarize(runs) for name, runs in samples.items()}
+    assert systems["hop-trio"]["fanout1"]["events_per_s"] == 110.0
+    assert len(systems["hop-trio"]["samples"]) == 2
+    met = {(t["ours"], t["what"]): t["target_met"] for t in client_api.targets(systems)}
+    assert met == {
+        ("hop-trio", "1-to-1 events/s"): True,
+        ("hop-trio", "1-to-4 events/s"): True,  # 45 against 45
+        ("hop-trio", "p50 at 500/s"): False,  # 230 against 210: lower is better
+        ("hop-blocking", "1-to-1 events/s"): False,
+        ("hop-blocking", "1-to-4 events/s"): True,
+    }
+    result = {
+        "systems": systems,
+        "targets": client_api.targets(systems),
+        "settings": {"repeats": 2, "events": 100},
+        "subscriptions_installed": 1000,
+    }
+    table = client_api.table(result)
+    assert "| hop-trio | 110 | 45 | 230 | 460 | 4.00 | 3.00 | 9.00 |" in table
+    assert "- hop-blocking 1-to-1 events/s: 30 vs mosquitto-paho 40: NOT met" in table
+    assert client_api.targets({})[0]["target_met"] is None  # not measured
+
+
+@pytest.mark.integration
+def test_a_short_run_of_our_clients_in_their_own_processes(tmp_path: Path) -> None:
+    settings = client_api.Settings(repeats=1, events=300, latency_s=0.2)
+    result = client_api.run(["hop-trio", "hop-blocking"], settings, tmp_path)
+    assert result["errors"] == {}
+    for name in ("hop-trio", "hop-blocking"):
+        system = result["systems"][name]
+        for key in ("fanout1", "fanout4", "latency_500"):
+            assert system[key]["lost"] == 0 and system[key]["events_per_s"] > 0
+        assert system["latency_500"]["p50_us"] > 0
+        assert len(system["samples"]) == 1
+
+
+def test_a_missing_mqtt_client_is_skipped_saying_why(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    from bench import mqtt
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(mqtt, "find_mosquitto", lambda: ("/usr/sbin/mosquitto", None))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "gmqtt" else found(name)
+    )
+    systems, skipped, path = client_api.available(list(client_api.SYSTEMS))
+    assert "mosquitto-gmqtt" not in systems and "hop-trio" in systems
+    assert skipped == {"mosquitto-gmqtt": "gmqtt is not installed: pip install -e '.[bench]'"}
+    assert path == "/usr/sbin/mosquitto"
+    assert "skipping mosquitto-gmqtt: gmqtt is not installed" in capsys.readouterr().err
