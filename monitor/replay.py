@@ -38,6 +38,7 @@ from broker.trace.schema import TRACE_VERSION
 from monitor.coordinate import ClientProcessError, Coordinator, Schedule
 from monitor.driver import Plan
 from monitor.errors import InputError
+from monitor.hostload import HostLoad, phase_bounds
 from monitor.placement import ClientProcess, client_processes
 from monitor.traces import read_table
 from monitor.tracing import attributes_from_json
@@ -148,6 +149,7 @@ def replay(
     processes: list[dict[str, Any]] = []
     codes: dict[int, int] = {}
     error: Exception | None = None
+    load = HostLoad()  # the CPU of processes outside the run, per phase
     try:
         if not attach:
             procs.start(log_dir=run_dir / "logs")
@@ -159,7 +161,8 @@ def replay(
         offsets = clock_offsets(study, creds)
         plan = _planner(study, site, workload, rates, run_id)
         coordinator = Coordinator(clients, study.deployment, plan, run_dir / "logs", quiet)
-        phases, processes = trio.run(_coordinate, coordinator, study, creds, workload)
+        with load:
+            phases, processes = trio.run(_coordinate, coordinator, study, creds, workload)
     except ClientProcessError as exc:
         error = exc
     finally:
@@ -176,8 +179,19 @@ def replay(
     failed = {b: c for b, c in codes.items() if c != 0}
     counts = check_deliveries(run_dir, study)
     result = ReplayResult(run_dir, run_id, phases, counts, offsets)
+    host_load = load.record(phase_bounds(phases), judge=not attach) if load.samples else None
     write_manifest(
-        result, study, study_file, scenario, workload, rates, failed, processes, attach, error
+        result,
+        study,
+        study_file,
+        scenario,
+        workload,
+        rates,
+        failed,
+        processes,
+        attach,
+        error,
+        host_load,
     )
     if error is not None:
         raise ReplayError(f"{error} (what was recorded is in {run_dir})")
@@ -434,6 +448,7 @@ def write_manifest(
     processes: list[dict[str, Any]] | None = None,
     attach: bool = False,
     error: Exception | None = None,
+    host_load: dict[str, Any] | None = None,
 ) -> Path:
     """RUN_DIR/manifest.json: what ran, where, when, and what came out of it."""
     deployment = study.deployment
@@ -465,6 +480,7 @@ def write_manifest(
         },
         "processes": processes or [],
         "error": None if error is None else str(error),
+        "host_load": host_load,
         "host": {
             "name": platform.node(),
             "cores": os.cpu_count(),
