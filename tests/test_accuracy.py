@@ -256,10 +256,10 @@ def _measurement(broker: float, pairs: dict[str, float]) -> tuple[pd.Series, pd.
 
 PAIRS = pd.DataFrame(
     {
-        "publisher": ["pub1", "pub2"],
-        "subscriber": ["sub1", "sub1"],
-        "deliveries": [100, 80],
-        "hops": [1, 3],
+        "publisher": ["pub1", "pub2", "pub3"],
+        "subscriber": ["sub1", "sub1", "sub1"],
+        "deliveries": [100, 80, 60],
+        "hops": [1, 3, 3],
     }
 )
 
@@ -267,15 +267,16 @@ PAIRS = pd.DataFrame(
 def test_report_says_whether_each_prediction_lies_inside_the_measurement_interval() -> None:
     # pub1>sub1 measured 2.0, 2.2, 2.4 (spread 9.1 %), predicted 2.25: inside, within.
     # pub2>sub1 measured 3.0, 3.1, 3.2 (spread 3.2 %), predicted 4.0: outside.
+    # pub3>sub1 measured 1.0, 1.5, 2.0 (spread 33 %), predicted 1.4: inside, within.
     measurements = [
-        _measurement(50.0, {"pub1>sub1": 2.0, "pub2>sub1": 3.0}),
-        _measurement(51.0, {"pub1>sub1": 2.2, "pub2>sub1": 3.1}),
-        _measurement(52.0, {"pub1>sub1": 2.4, "pub2>sub1": 3.2}),
+        _measurement(50.0, {"pub1>sub1": 2.0, "pub2>sub1": 3.0, "pub3>sub1": 1.0}),
+        _measurement(51.0, {"pub1>sub1": 2.2, "pub2>sub1": 3.1, "pub3>sub1": 1.5}),
+        _measurement(52.0, {"pub1>sub1": 2.4, "pub2>sub1": 3.2, "pub3>sub1": 2.0}),
     ]
     predictions = [
-        _predictions(51.2, {"pub1>sub1": 2.25, "pub2>sub1": 3.9}),
-        _predictions(51.0, {"pub1>sub1": 2.2, "pub2>sub1": 4.0}),
-        _predictions(51.3, {"pub1>sub1": 2.3, "pub2>sub1": 4.1}),
+        _predictions(51.2, {"pub1>sub1": 2.25, "pub2>sub1": 3.9, "pub3>sub1": 1.4}),
+        _predictions(51.0, {"pub1>sub1": 2.2, "pub2>sub1": 4.0, "pub3>sub1": 1.3}),
+        _predictions(51.3, {"pub1>sub1": 2.3, "pub2>sub1": 4.1, "pub3>sub1": 1.5}),
     ]
     comparison = compare(predictions, measurements, PAIRS)
     lat = comparison.latency.set_index("entity")
@@ -287,20 +288,20 @@ def test_report_says_whether_each_prediction_lies_inside_the_measurement_interva
     assert lat.loc["pub2>sub1", "sim_ci_low"] == pytest.approx(3.9 * 0.99)
     assert comparison.throughput.iloc[0]["sim_in_meas_ci"] == "yes"
     s = comparison.summary
-    assert s["latency_sim_within_spread"] == 1 and s["latency_sim_inside"] == 1
+    assert s["latency_sim_within_spread"] == 2 and s["latency_sim_inside"] == 2
     sentence = summary_sentence(comparison, "s1")
     assert "medians of 3 interleaved repetitions" in sentence
-    assert "within the measurement's own run-to-run spread (mean 6.2 %) for 1 of 2 pairs" in (
+    assert "within the measurement's own run-to-run spread (mean 15.2 %) for 2 of 3 pairs" in (
         sentence
     )
-    assert "inside its 95 % interval for 1 of 2" in sentence
+    assert "inside its 95 % interval for 2 of 3" in sentence
     assert "throughput 1.95 %" in sentence  # the thesis' figure stays beside
 
 
 def test_one_measurement_gives_no_verdict() -> None:
     comparison = compare(
-        [_predictions(51.0, {"pub1>sub1": 2.2, "pub2>sub1": 3.3})],
-        [_measurement(50.0, {"pub1>sub1": 2.0, "pub2>sub1": 3.0})],
+        [_predictions(51.0, {"pub1>sub1": 2.2, "pub2>sub1": 3.3, "pub3>sub1": 1.0})],
+        [_measurement(50.0, {"pub1>sub1": 2.0, "pub2>sub1": 3.0, "pub3>sub1": 1.0})],
         PAIRS,
     )
     assert "spread_%" not in comparison.latency and "sim_in_meas_ci" not in comparison.latency
