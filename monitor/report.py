@@ -394,7 +394,9 @@ def summary_sentence(
                 f"{name} ({method}) mean error {s[f'{key}_mean']:.1f} %, "
                 f"worst {s[f'{key}_worst']:.1f} %"
             )
-            if f"{key}_within_spread" in s:
+            if f"{key}_within_spread" in s and s[f"{key}_spread_mean"] == 0:
+                text += ", every measurement the same (no run-to-run spread to compare with)"
+            elif f"{key}_within_spread" in s:
                 rows, unit = int(s[f"{key}_rows"]), UNITS[name]
                 text += (
                     f", within the measurement's own run-to-run spread (mean "

@@ -350,3 +350,21 @@ def test_report_names_the_disturbed_replays() -> None:
     quiet = HostLoadSummary.of([("calibration", _manifest(0.05))])
     assert quiet is not None and "at most 0.2 cores" in quiet.sentence()
     assert HostLoadSummary.of([("old", {})]) is None
+
+
+def test_no_spread_is_said_as_such() -> None:
+    """Replays of the same events can give the very same throughput: there is then no
+    spread to be within, and the sentence says so rather than 'within for 0 of 1'."""
+    comparison = compare(
+        [_predictions(51.0, {"pub1>sub1": 2.2}), _predictions(51.1, {"pub1>sub1": 2.3})],
+        [_measurement(50.0, {"pub1>sub1": 2.0}), _measurement(50.0, {"pub1>sub1": 2.4})],
+        PAIRS,
+    )
+    sentence = summary_sentence(comparison, None)
+    assert "throughput (sim) mean error 2.1 %, worst 2.1 %, every measurement the same" in (
+        sentence
+    )
+    assert "latency (sim) mean error 2.3 %" in sentence
+    assert "within the measurement's own run-to-run spread (mean 9.1 %) for 1 of 1 pairs" in (
+        sentence
+    )
