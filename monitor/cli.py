@@ -16,8 +16,9 @@ from typing import Any
 from broker.cli import EXIT_FAILURE, EXIT_OK, FILE_HELP, BadInput, Layer
 from broker.process import StartupError, unwind_on_sigterm
 from monitor.errors import InputError
+from monitor.hostload import OTHER_CPU_LIMIT_CORES
 from monitor.replay import ReplayError
-from monitor.validate import CALIBRATION_FRACTIONS
+from monitor.validate import CALIBRATION_FRACTIONS, DISTURBED_RETRIES
 from routing import FilterSyntaxError
 from topologies import TopologyError, study_path
 
@@ -100,6 +101,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         calibration_repeats=args.calibration_repeats,
         master=args.master,
         quiet=args.quiet,
+        repeats=args.repeats,
+        disturbed_retries=args.disturbed_retries,
     )
     print(result.summary)
     print(f"report: {result.report_html} ({result.seconds:.0f} s)")
@@ -186,6 +189,25 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         default=1,
         metavar="N",
         help="replays at each calibration fraction, pooled (default 1)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        metavar="N",
+        help="repetitions, each one calibration set and one measurement, run in "
+        "alternation (c1 m1 c2 m2 ...); the report gives per broker and pair the median "
+        "measurement, its bootstrap interval and run-to-run spread, and a prediction "
+        "interval over the calibrations (default 1)",
+    )
+    p.add_argument(
+        "--disturbed-retries",
+        type=int,
+        default=DISTURBED_RETRIES,
+        metavar="K",
+        help="run a replay again, at most K times, when processes outside it used more "
+        f"than {OTHER_CPU_LIMIT_CORES:g} cores of the host in its warm-up or measurement "
+        f"(default {DISTURBED_RETRIES}; 0 keeps every replay, marked)",
     )
     p.add_argument("--master", help="Spark master URL (default: local[*])")
     p.add_argument("--quiet", action="store_true")

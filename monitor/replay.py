@@ -38,6 +38,7 @@ from broker.trace.schema import TRACE_VERSION
 from monitor.coordinate import ClientProcessError, Coordinator, Schedule
 from monitor.driver import Plan
 from monitor.errors import InputError
+from monitor.hostload import HostLoad, phase_bounds
 from monitor.placement import ClientProcess, client_processes
 from monitor.traces import read_table
 from monitor.tracing import attributes_from_json
@@ -148,6 +149,7 @@ def replay(
     processes: list[dict[str, Any]] = []
     codes: dict[int, int] = {}
     error: Exception | None = None
+    load = HostLoad()  # the CPU of processes outside the run, per phase
     try:
         if not attach:
             procs.start(log_dir=run_dir / "logs")
@@ -159,9 +161,10 @@ def replay(
         offsets = clock_offsets(study, creds)
         plan = _planner(study, site, workload, rates, run_id)
         coordinator = Coordinator(clients, study.deployment, plan, run_dir / "logs", quiet)
-        phases, brokers_cpu, processes = trio.run(
-            _coordinate, coordinator, study, creds, workload
-        )
+        with load:
+            phases, brokers_cpu, processes = trio.run(
+                _coordinate, coordinator, study, creds, workload
+            )
         processes = _broker_records(procs, offsets, brokers_cpu, attach) + processes
     except ClientProcessError as exc:
         error = exc
@@ -179,8 +182,19 @@ def replay(
     failed = {b: c for b, c in codes.items() if c != 0}
     counts = check_deliveries(run_dir, study)
     result = ReplayResult(run_dir, run_id, phases, counts, offsets)
+    host_load = load.record(phase_bounds(phases), judge=not attach) if load.samples else None
     write_manifest(
-        result, study, study_file, scenario, workload, rates, failed, processes, attach, error
+        result,
+        study,
+        study_file,
+        scenario,
+        workload,
+        rates,
+        failed,
+        processes,
+        attach,
+        error,
+        host_load,
     )
     if error is not None:
         raise ReplayError(f"{error} (what was recorded is in {run_dir})")
@@ -485,6 +499,7 @@ def write_manifest(
     processes: list[dict[str, Any]] | None = None,
     attach: bool = False,
     error: Exception | None = None,
+    host_load: dict[str, Any] | None = None,
 ) -> Path:
     """RUN_DIR/manifest.json: what ran, where, when, and what came out of it."""
     deployment = study.deployment
@@ -516,6 +531,7 @@ def write_manifest(
         },
         "processes": processes or [],
         "error": None if error is None else str(error),
+        "host_load": host_load,
         "host": {
             "name": platform.node(),
             "cores": os.cpu_count(),

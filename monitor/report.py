@@ -2,10 +2,11 @@
 
 Input is either a `hop validate` folder (``calibration/`` characterized at low load
 and holding the predictions for the target workload, ``measurement/`` replayed
-at the target workload) or a single replay folder (its characterization alone,
-and its own predictions if `hop predict` ran on it). Output: ``report.html``
-(self-contained: figures are inline PNGs, styles inline, nothing fetched) and
-``report.md`` with the same tables.
+at the target workload, and with ``validation.json`` the further repetitions, whose
+medians, intervals and spread `monitor.repeats` computes) or a single replay folder
+(its characterization alone, and its own predictions if `hop predict` ran on it).
+Output: ``report.html`` (self-contained: figures are inline PNGs, styles inline,
+nothing fetched) and ``report.md`` with the same tables.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import html
 import io
 import json
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from monitor.errors import InputError
+from monitor.hostload import OTHER_CPU_LIMIT_CORES
+from monitor.measured import in_window
+from monitor.repeats import inside, measured_summary, predicted_summary
 from monitor.traces import read_table
 
 THESIS = {  # worst relative errors of the thesis' Tables 6.1/6.2 (its section 6.1.3)
@@ -83,12 +88,14 @@ class Run:
 
 @dataclass
 class Comparison:
-    """Rows of prediction beside measurement, and the worst/mean errors."""
+    """Rows of prediction beside measurement, and the worst/mean errors; with several
+    repetitions, the measurement's interval and spread beside each row."""
 
     throughput: pd.DataFrame
     latency: pd.DataFrame
     chosen_subscriber: str | None
     summary: dict[str, float] = field(default_factory=dict)
+    repetitions: int = 1
 
 
 def _predicted(predictions: pd.DataFrame, kind: str, metric: str, method: str) -> pd.DataFrame:
@@ -100,41 +107,87 @@ def _predicted(predictions: pd.DataFrame, kind: str, metric: str, method: str) -
     return p[["entity", "predicted", "ci_low", "ci_high"]]
 
 
-def compare(predictions: pd.DataFrame, measured: Run) -> Comparison:
-    """Join predictions with the measured run's tables."""
-    m_brokers = measured.brokers()
-    throughput = m_brokers[["broker", "throughput"]].rename(columns={"throughput": "measured"})
+Measurement = tuple[pd.Series, pd.Series]
+"""One measurement replay: throughput per broker, mean latency (ms) per "pub>sub" pair."""
+
+
+def measurement_of(run_dir: Path) -> Measurement:
+    """What a replay measured in its window (the same figures the Spark analysis gives,
+    straight from the traces: `monitor.measured`)."""
+    throughput, latency = in_window(run_dir)
+    throughput.index = throughput.index.astype(str)
+    pairs = latency.groupby(["publisher", "subscriber"])["latency_ms"].mean()
+    pairs.index = [f"{p}>{s}" for p, s in pairs.index]
+    return throughput, pairs
+
+
+def compare(
+    predictions: Sequence[pd.DataFrame], measurements: Sequence[Measurement], pairs: pd.DataFrame
+) -> Comparison:
+    """Join each repetition's predictions with each repetition's measurement
+    (`monitor.repeats`): medians, intervals, spread, errors, and whether each prediction
+    lies inside the measurement's interval. `pairs` describes the latency pairs
+    (publisher, subscriber, deliveries, hops) from one analysed measurement."""
+    several = len(measurements) > 1
+    throughput = measured_summary([m[0] for m in measurements]).rename(columns={"entity": "broker"})
+    throughput = throughput.sort_values("broker", key=lambda s: s.astype(int))
+    info = pairs.assign(entity=pairs["publisher"] + ">" + pairs["subscriber"])
+    latency = info[["publisher", "subscriber", "entity", "deliveries", "hops"]].merge(
+        measured_summary([m[1] for m in measurements]), on="entity", how="left"
+    )
     # The report shows the thesis' method and the simulation; mm1-ps stays in the Parquet.
-    methods = [m for m in ("mm1", "sim") if m in set(predictions["method"])]
-    for method in methods:
-        p = _predicted(predictions, "broker", "throughput", method).rename(
-            columns={"entity": "broker", "predicted": method}
-        )[["broker", method]]
-        throughput = throughput.merge(p, on="broker", how="left")
-        throughput[f"{method}_err_%"] = _rel_error(throughput[method], throughput["measured"])
-    lat = measured.latency().copy()
-    lat["entity"] = lat["publisher"] + ">" + lat["subscriber"]
-    latency = lat[["publisher", "subscriber", "entity", "deliveries", "mean_ms", "hops"]].rename(
-        columns={"mean_ms": "measured"}
+    methods = [m for m in ("mm1", "sim") if any(m in set(p["method"]) for p in predictions)]
+    frames = {"throughput": throughput, "latency": latency}
+    for name, (kind, metric, key) in {
+        "throughput": ("broker", "throughput", "broker"),
+        "latency": ("pair", "latency_ms", "entity"),
+    }.items():
+        frame = frames[name]
+        for method in methods:
+            p = predicted_summary(
+                [_predicted(x, kind, metric, method) for x in predictions], method
+            ).rename(columns={"entity": key})
+            frame = frame.merge(p, on=key, how="left")
+            frame[f"{method}_err_%"] = _rel_error(frame[method], frame["measured"])
+            if several:
+                frame[f"{method}_in_meas_ci"] = inside(
+                    frame[method], frame["meas_ci_low"], frame["meas_ci_high"]
+                )
+        if not several:
+            frame = frame.drop(columns=["meas_ci_low", "meas_ci_high", "spread_%", "runs"])
+        empty = [c for c in frame.columns if c.endswith(("_ci_low", "_ci_high"))]
+        empty = [c for c in empty if frame[c].isna().all() and not c.startswith("meas_")]
+        frames[name] = frame.drop(columns=["runs", *empty], errors="ignore")
+    comparison = Comparison(
+        frames["throughput"],
+        frames["latency"],
+        _chosen_subscriber(frames["latency"]),
+        repetitions=len(measurements),
     )
     for method in methods:
-        p = _predicted(predictions, "pair", "latency_ms", method).rename(
-            columns={
-                "predicted": method,
-                "ci_low": f"{method}_ci_low",
-                "ci_high": f"{method}_ci_high",
-            }
-        )
-        latency = latency.merge(p, on="entity", how="left")
-        latency[f"{method}_err_%"] = _rel_error(latency[method], latency["measured"])
-    comparison = Comparison(throughput, latency, _chosen_subscriber(latency))
-    for method in methods:
-        for name, frame in (("throughput", throughput), ("latency", latency)):
-            errors = frame[f"{method}_err_%"].abs().dropna()
-            if len(errors):
-                comparison.summary[f"{name}_{method}_worst"] = float(errors.max())
-                comparison.summary[f"{name}_{method}_mean"] = float(errors.mean())
+        for name, frame in frames.items():
+            comparison.summary.update(_error_summary(frame, name, method, several))
     return comparison
+
+
+def _error_summary(frame: pd.DataFrame, name: str, method: str, several: bool) -> dict[str, float]:
+    """Worst and mean error; with repetitions, how many rows lie within the spread and
+    inside the measurement's interval, and the mean spread."""
+    known = frame[frame[f"{method}_err_%"].notna()]
+    errors = known[f"{method}_err_%"].abs()
+    if not len(errors):
+        return {}
+    out = {
+        f"{name}_{method}_worst": float(errors.max()),
+        f"{name}_{method}_mean": float(errors.mean()),
+        f"{name}_{method}_rows": float(len(errors)),
+    }
+    if several:
+        spread = known["spread_%"]
+        out[f"{name}_{method}_spread_mean"] = float(spread.mean())
+        out[f"{name}_{method}_within_spread"] = float((errors <= spread).sum())
+        out[f"{name}_{method}_inside"] = float((known[f"{method}_in_meas_ci"] == "yes").sum())
+    return out
 
 
 def _rel_error(predicted: pd.Series, measured: pd.Series) -> pd.Series:
@@ -320,24 +373,112 @@ def _md_table(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def summary_sentence(comparison: Comparison | None, scenario: str | None) -> str:
+UNITS = {"throughput": "brokers", "latency": "pairs"}
+
+
+def summary_sentence(
+    comparison: Comparison | None, scenario: str | None, load: HostLoadSummary | None = None
+) -> str:
+    """The errors, and beside them the measurement's own run-to-run spread: figures
+    side by side, never a verdict on the model (one measurement cannot carry one)."""
     if comparison is None or not comparison.summary:
         return "Characterization only: no predictions to compare with."
     s = comparison.summary
     parts = []
     for name in ("throughput", "latency"):
         for method in ("sim", "mm1"):
-            key = f"{name}_{method}_worst"
-            if key in s:
-                mean = s[f"{name}_{method}_mean"]
-                parts.append(f"{name} ({method}) worst {s[key]:.1f} %, mean {mean:.1f} %")
+            key = f"{name}_{method}"
+            if f"{key}_worst" not in s:
+                continue
+            text = (
+                f"{name} ({method}) mean error {s[f'{key}_mean']:.1f} %, "
+                f"worst {s[f'{key}_worst']:.1f} %"
+            )
+            if f"{key}_within_spread" in s and s[f"{key}_spread_mean"] == 0:
+                text += ", every measurement the same (no run-to-run spread to compare with)"
+            elif f"{key}_within_spread" in s:
+                rows, unit = int(s[f"{key}_rows"]), UNITS[name]
+                text += (
+                    f", within the measurement's own run-to-run spread (mean "
+                    f"{s[f'{key}_spread_mean']:.1f} %) for {int(s[f'{key}_within_spread'])} "
+                    f"of {rows} {unit}, inside its 95 % interval for "
+                    f"{int(s[f'{key}_inside'])} of {rows}"
+                )
+            parts.append(text)
+    n = comparison.repetitions
+    if n > 1:
+        head = f"Prediction vs measurement, medians of {n} interleaved repetitions: "
+        tail = ""
+    else:
+        head = "Prediction vs measurement: "
+        tail = (
+            " One measurement: its run-to-run spread is unknown, and a single run can "
+            "neither confirm nor refute the model (hop validate --repeats 3)."
+        )
     thesis = ""
     if scenario in ("s1", "s2"):
         thesis = (
             f" The thesis' worst errors for {scenario}: throughput "
             f"{THESIS['throughput'][scenario]} %, latency {THESIS['latency'][scenario]} %."
         )
-    return "Prediction vs measurement: " + "; ".join(parts) + "." + thesis
+    quiet = "" if load is None else " " + load.sentence()
+    return head + "; ".join(parts) + "." + tail + quiet + thesis
+
+
+@dataclass
+class HostLoadSummary:
+    """Other processes' load on the host during each replay of a report (`host_load`
+    of the manifests; runs recorded before it was recorded are left out)."""
+
+    table: pd.DataFrame
+    set_aside: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, runs: Sequence[tuple[str, dict[str, Any]]], set_aside: Sequence[str] = ()):
+        rows = []
+        for name, manifest in runs:
+            load = manifest.get("host_load")
+            if not load:
+                continue
+            phases = load.get("phases") or {}
+
+            def other(phase: str, phases: dict[str, Any] = phases) -> float:
+                return (phases.get(phase) or {}).get("other_cores", np.nan)
+
+            verdict = load.get("disturbed")
+            rows.append(
+                {
+                    "run": name,
+                    "others, warm-up (cores)": other("warmup"),
+                    "others, measurement (cores)": other("measure"),
+                    "run itself, measurement (cores)": (phases.get("measure") or {}).get(
+                        "run_cores", np.nan
+                    ),
+                    "disturbed": {True: "DISTURBED", False: "quiet", None: "not judged"}[verdict],
+                }
+            )
+        return cls(pd.DataFrame(rows), list(set_aside)) if rows else None
+
+    def disturbed(self) -> list[str]:
+        return list(self.table.loc[self.table["disturbed"] == "DISTURBED", "run"])
+
+    def sentence(self) -> str:
+        bad, n = self.disturbed(), len(self.table)
+        aside = (
+            f" ({len(self.set_aside)} disturbed replays were set aside and run again)"
+            if self.set_aside
+            else ""
+        )
+        if not bad:
+            return (
+                f"Other processes used at most {OTHER_CPU_LIMIT_CORES:g} cores of the host in "
+                f"every replay{aside}."
+            )
+        return (
+            f"The host was NOT quiet: in {len(bad)} of {n} replays ({', '.join(bad)}) other "
+            f"processes used more than {OTHER_CPU_LIMIT_CORES:g} cores{aside}; their "
+            "figures are disturbed."
+        )
 
 
 @dataclass
@@ -348,7 +489,22 @@ class Section:
     image: str | None = None
 
 
-def build_sections(measured: Run, comparison: Comparison | None, simulated) -> list[Section]:
+MEASURED_TEXT = (
+    " With repetitions, 'measured' is the median over the measurement replays, "
+    "meas_ci_low/high a bootstrap 95 % interval of it, and spread_% how far the furthest "
+    "repetition lay from the median; each method's value is the median of the "
+    "repetitions' predictions, its interval the envelope of their intervals (the "
+    "calibrations' spread and the simulation's sampling error), and *_in_meas_ci says "
+    "whether the prediction lies inside the measurement's interval."
+)
+
+
+def build_sections(
+    measured: Run,
+    comparison: Comparison | None,
+    simulated: pd.DataFrame | None,
+    load: HostLoadSummary | None = None,
+) -> list[Section]:
     sections = [
         Section(
             "Topology",
@@ -356,12 +512,30 @@ def build_sections(measured: Run, comparison: Comparison | None, simulated) -> l
             image=figure_topology(measured),
         )
     ]
+    if load is not None:
+        sections.append(
+            Section(
+                "Other load on the host",
+                "Cores used on average by processes outside each replay (the host's busy "
+                "CPU from /proc/stat minus the replay's own processes); a replay is marked "
+                f"disturbed above {OTHER_CPU_LIMIT_CORES:g} cores in its warm-up or "
+                "measurement."
+                + (
+                    f" Set aside and run again: {', '.join(load.set_aside)}."
+                    if load.set_aside
+                    else ""
+                ),
+                table=load.table,
+            )
+        )
     if comparison is not None:
+        several = comparison.repetitions > 1
+        extra = MEASURED_TEXT if several else ""
         sections.append(
             Section(
                 "Broker throughput (Table 6.1 form)",
                 "Events per second handled by each broker: predicted from the calibration run "
-                "beside measured in the measurement run, and the relative error.",
+                "beside measured in the measurement run, and the relative error." + extra,
                 table=comparison.throughput,
             )
         )
@@ -371,14 +545,20 @@ def build_sections(measured: Run, comparison: Comparison | None, simulated) -> l
             Section(
                 f"Delivery latency to {chosen} (Table 6.2 form)",
                 "Mean delivery latency (ms) from each publisher to one subscriber; "
-                "simulation results with their 95 % confidence intervals.",
+                + (
+                    "prediction intervals cover the calibrations' spread and the "
+                    "simulation's sampling error."
+                    if several
+                    else "simulation results with their 95 % confidence intervals (the "
+                    "simulation's sampling error only)."
+                ),
                 table=lat[lat["subscriber"] == chosen].drop(columns=["entity"]),
             )
         )
         sections.append(
             Section(
                 "Delivery latency, every publisher and subscriber",
-                "The full matrix, one row per (publisher, subscriber) pair.",
+                "The full matrix, one row per (publisher, subscriber) pair." + extra,
                 table=lat.drop(columns=["entity"]),
             )
         )
@@ -412,17 +592,61 @@ def build_sections(measured: Run, comparison: Comparison | None, simulated) -> l
     return sections
 
 
-def other_calibrations(calibration: Run) -> list[tuple[str, dict[str, Any]]]:
-    """The other runs the prediction used (`hop predict --other-runs`): their folder
-    names and manifests."""
-    summary_path = calibration.path / "analysis" / "predictions_summary.json"
+@dataclass
+class Layout:
+    """The runs a report covers: per repetition, the folder holding the prediction
+    (its first calibration), the other calibrations, and the measurement."""
+
+    calibrations: list[Path]
+    others: list[list[Path]]
+    measurements: list[Path]
+    set_aside: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, run_dir: Path) -> Layout:
+        record_path = run_dir / "validation.json"
+        if record_path.exists():
+            record = json.loads(record_path.read_text())
+            reps = record["repetitions"]
+            return cls(
+                [run_dir / r["calibrations"][0] for r in reps],
+                [[run_dir / c for c in r["calibrations"][1:]] for r in reps],
+                [run_dir / r["measurement"] for r in reps],
+                record.get("set_aside", []),
+            )
+        if (run_dir / "measurement").exists():
+            calibration = run_dir / "calibration"
+            return cls([calibration], [_other_runs(calibration)], [run_dir / "measurement"])
+        return cls([run_dir], [[]], [run_dir])
+
+    def labelled(self) -> list[tuple[str, Path]]:
+        """Each run with its label for the report's header, in repetition order."""
+        if self.calibrations == self.measurements:
+            return [("run", self.measurements[0])]
+        out = []
+        for r, (first, others, measurement) in enumerate(
+            zip(self.calibrations, self.others, self.measurements, strict=True), start=1
+        ):
+            suffix = "" if r == 1 else f" ({first.name})"
+            out.append((f"calibration run{suffix}", first))
+            out += [(f"also used: {o.name}", o) for o in others]
+            suffix = "" if r == 1 else f" ({measurement.name})"
+            out.append((f"measurement run{suffix}", measurement))
+        return out
+
+
+def _other_runs(calibration: Path) -> list[Path]:
+    summary_path = calibration / "analysis" / "predictions_summary.json"
     if not summary_path.exists():
         return []
-    runs = [Path(p) for p in json.loads(summary_path.read_text()).get("other_runs", [])]
-    return [(run.name, json.loads((run / "manifest.json").read_text())) for run in runs]
+    return [Path(p) for p in json.loads(summary_path.read_text()).get("other_runs", [])]
 
 
-def header_rows(measured: Run, calibration: Run | None) -> pd.DataFrame:
+def _manifest(path: Path) -> dict[str, Any]:
+    return json.loads((path / "manifest.json").read_text())
+
+
+def header_rows(measured: Run, runs: Sequence[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
     m = measured.manifest
     rows = [
         ("case study", m["case_study"]["name"]),
@@ -435,18 +659,16 @@ def header_rows(measured: Run, calibration: Run | None) -> pd.DataFrame:
         ),
         ("git revision", m.get("git_revision") or "-"),
     ]
-    runs: list[tuple[str, dict[str, Any]]] = []
-    if calibration is not None:
-        runs.append(("calibration run", calibration.manifest))
-        runs += [(f"also used: {name}", m) for name, m in other_calibrations(calibration)]
-    for label, manifest in [*runs, ("measurement run", measured.manifest)]:
+    for label, manifest in runs:
         c, w = manifest["counts"], manifest["workload"]
+        load = manifest.get("host_load") or {}
+        mark = " - DISTURBED by other load on the host" if load.get("disturbed") else ""
         rows.append(
             (
                 label,
                 f"{manifest['total_rate']:.1f} events/s, {w['warmup_s']:.3g} s warm-up + "
                 f"{w['duration_s']:.3g} s measured; published {c['published']}, delivered "
-                f"{c['delivered']}, lost {c['lost']}",
+                f"{c['delivered']}, lost {c['lost']}{mark}",
             )
         )
     return pd.DataFrame(rows, columns=["", "value"])
@@ -465,20 +687,26 @@ img { max-width: 100%; }
 
 def render(run_dir: Path) -> tuple[Path, Path, str]:
     """Write report.html and report.md into `run_dir`; return them and the summary."""
-    if (run_dir / "measurement").exists():
-        measured = Run.load(run_dir / "measurement")
-        calibration = Run.load(run_dir / "calibration")
-        predictions = calibration.predictions
-    else:
-        measured, calibration = Run.load(run_dir), None
-        predictions = measured.predictions
-    comparison = compare(predictions, measured) if predictions is not None else None
-    sim_path = (calibration or measured).path / "analysis" / "simulated_latency.parquet"
+    layout = Layout.of(run_dir)
+    measured = Run.load(layout.measurements[0])
+    predictions = [_predictions(path) for path in layout.calibrations]
+    comparison = None
+    if all(p is not None for p in predictions):
+        comparison = compare(
+            [p for p in predictions if p is not None],
+            [measurement_of(path) for path in layout.measurements],
+            measured.latency(),
+        )
+    sim_path = layout.calibrations[0] / "analysis" / "simulated_latency.parquet"
     simulated = pq.read_table(sim_path).to_pandas() if sim_path.exists() else None
     scenario = measured.manifest.get("scenario")
-    sentence = summary_sentence(comparison, scenario)
-    sections = build_sections(measured, comparison, simulated)
-    header = header_rows(measured, calibration)
+    runs = [(label, _manifest(path)) for label, path in layout.labelled()]
+    load = HostLoadSummary.of(
+        [(path.name, _manifest(path)) for _, path in layout.labelled()], layout.set_aside
+    )
+    sentence = summary_sentence(comparison, scenario, load)
+    sections = build_sections(measured, comparison, simulated, load)
+    header = header_rows(measured, runs)
     title = (
         f"hop validation report: {measured.manifest['case_study']['name']} ({scenario or 'base'})"
     )
@@ -510,3 +738,8 @@ def render(run_dir: Path) -> tuple[Path, Path, str]:
     html_path.write_text(page)
     md_path.write_text("\n".join(md) + "\n")
     return html_path, md_path, sentence
+
+
+def _predictions(run_dir: Path) -> pd.DataFrame | None:
+    path = run_dir / "analysis" / "predictions.parquet"
+    return pq.read_table(path).to_pandas() if path.exists() else None

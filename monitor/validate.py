@@ -1,38 +1,101 @@
-"""`hop validate`: characterize at low load, predict the target, measure it, report.
+"""`hop validate`: characterize at low load, predict the target, measure it, report;
+`repeats` times, interleaved.
+
+Each repetition is one calibration set and one measurement, and the repetitions run
+in alternation (c1, m1, c2, m2, ...), so a drift of the host's speed hits calibration
+and measurement alike:
 
 1. calibration replays at each of `calibration_fractions` of the target rates, each
-   `calibration_repeats` times: the first into RUN_DIR/calibration/ (analysed with
-   Spark), the others into RUN_DIR/calibration-F-K/. Their phases are 1/F times
-   longer, and the seed is the same, so they publish the very events the measurement
-   will, only slower;
-2. prediction of the target workload (RUN_DIR/calibration/analysis/predictions.parquet):
-   from the first calibration's measured rates scaled up to the target, so the
-   prediction is for the events the measurement replays, not for the scenario's
-   nominal rates, which a short run's Poisson arrivals miss by several percent; with
-   calibrations at two or more fractions, each stage's cost is carried to the target
-   load by how it changed with the host's busy share between them (`monitor.carry`;
-   costs fall as the host gets busier, and one run cannot show by how much:
-   docs/accuracy.md), otherwise the one run's samples are
-   drawn again by idle gaps (`monitor.warmth`);
-3. measurement replay at the target rates into RUN_DIR/measurement/, analysed;
-4. RUN_DIR/report.html and report.md comparing 2 with 3.
+   `calibration_repeats` times: the first of repetition 1 into RUN_DIR/calibration/
+   (analysed with Spark), the others into RUN_DIR/calibration-F-K/; repetition R > 1
+   adds ``-rR`` to each name. Their phases are 1/F times longer, and the seed is the
+   same, so they publish the very events the measurement will, only slower;
+2. measurement replay at the target rates into RUN_DIR/measurement/ (``-rR``);
+3. once every replay ran, each repetition's prediction of the target workload
+   (its first calibration's analysis/predictions.parquet): from that calibration's
+   measured rates scaled up to the target, so the prediction is for the events the
+   measurement replays, not for the scenario's nominal rates, which a short run's
+   Poisson arrivals miss by several percent; with calibrations at two or more
+   fractions, each stage's cost is carried to the target load by how it changed with
+   the host's busy share between them (`monitor.carry`; costs fall as the host gets
+   busier, and one run cannot show by how much: docs/accuracy.md), otherwise the one
+   run's samples are drawn again by idle gaps (`monitor.warmth`);
+4. RUN_DIR/report.html and report.md comparing the predictions with the measurements
+   (`monitor.repeats`: medians, intervals and run-to-run spread).
 
-One Spark session serves both analyses.
+Every replay records the CPU other processes used on the host (`monitor.hostload`);
+a disturbed one is set aside (renamed ``NAME-disturbed-K``) and run again, at most
+`disturbed_retries` times, after which it is kept and the report says the host was
+not quiet. RUN_DIR/validation.json lists the repetitions, the order the replays ran
+in and what was set aside. One Spark session serves both analyses of repetition 1.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from monitor.errors import InputError
+from monitor.hostload import disturbed
 from topologies import Workload, load_case_study
 
 QUICK = {"duration_s": 10.0, "warmup_s": 2.0}
 CALIBRATION_FRACTIONS = (0.3, 0.6)
+DISTURBED_RETRIES = 1
+"""How many times a replay disturbed by other load on the host is run again before it
+is kept as it is (and reported as such)."""
+VALIDATION_FILE = "validation.json"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One replay of a validation: its repetition (from 1), whether it calibrates or
+    measures, its fraction of the target load, and its folder's name."""
+
+    repetition: int
+    kind: str
+    fraction: float
+    name: str
+
+
+def schedule(repeats: int, fractions: Sequence[float], calibration_repeats: int) -> list[Step]:
+    """The replays in the order they run: each repetition's calibrations, then its
+    measurement, repetition after repetition."""
+    steps: list[Step] = []
+    for r in range(1, repeats + 1):
+        suffix = "" if r == 1 else f"-r{r}"
+        for k in range(calibration_repeats):
+            for i, fraction in enumerate(fractions):
+                first = k == 0 and i == 0
+                name = "calibration" if first else f"calibration-{fraction:g}-{k + 1}"
+                steps.append(Step(r, "calibration", fraction, name + suffix))
+        steps.append(Step(r, "measurement", 1.0, "measurement" + suffix))
+    return steps
+
+
+@dataclass
+class Repetition:
+    """The folders of one repetition: its calibrations (the first holds the prediction)
+    and its measurement."""
+
+    calibrations: list[str] = field(default_factory=list)
+    measurement: str = ""
+
+
+def repetitions(steps: Sequence[Step]) -> list[Repetition]:
+    out: dict[int, Repetition] = {}
+    for step in steps:
+        rep = out.setdefault(step.repetition, Repetition())
+        if step.kind == "calibration":
+            rep.calibrations.append(step.name)
+        else:
+            rep.measurement = step.name
+    return [out[r] for r in sorted(out)]
 
 
 @dataclass
@@ -41,6 +104,57 @@ class ValidationResult:
     report_html: Path
     summary: str
     seconds: float
+
+
+def _check(
+    calibration_fractions: Sequence[float],
+    calibration_repeats: int,
+    repeats: int,
+    disturbed_retries: int,
+) -> None:
+    if not calibration_fractions or not all(0 < f <= 1 for f in calibration_fractions):
+        raise InputError(
+            f"calibration fractions must be in (0, 1], got {list(calibration_fractions)}"
+        )
+    if calibration_repeats < 1:
+        raise InputError(f"calibration repeats must be at least 1, got {calibration_repeats}")
+    if calibration_repeats > 1 and len(set(calibration_fractions)) < 2:
+        raise InputError("repeated calibrations are pooled across two or more fractions: give two")
+    if repeats < 1:
+        raise InputError(f"repeats must be at least 1, got {repeats}")
+    if disturbed_retries < 0:
+        raise InputError(f"disturbed retries must be 0 or more, got {disturbed_retries}")
+
+
+def run_replays(
+    steps: Sequence[Step],
+    run_dir: Path,
+    replay_step: Callable[[Step, Path], None],
+    disturbed_retries: int,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """Run `steps` in order through `replay_step(step, folder)`; a replay whose manifest
+    marks it disturbed is renamed NAME-disturbed-K and run again, at most
+    `disturbed_retries` times. Returns the record for validation.json."""
+    order, set_aside, kept_disturbed = [], [], []
+    for step in steps:
+        folder = run_dir / step.name
+        for attempt in range(disturbed_retries + 1):
+            say(f"{step.kind} replay at {step.fraction:g} of the load ({step.name})")
+            replay_step(step, folder)
+            order.append(step.name)
+            manifest = json.loads((folder / "manifest.json").read_text())
+            if not disturbed(manifest):
+                break
+            if attempt == disturbed_retries:
+                kept_disturbed.append(step.name)
+                say(f"{step.name}: the host was not quiet (kept, marked disturbed)")
+                break
+            aside = f"{step.name}-disturbed-{attempt + 1}"
+            folder.rename(run_dir / aside)
+            set_aside.append(aside)
+            say(f"{step.name}: the host was not quiet, set aside as {aside}; again")
+    return {"order": order, "set_aside": set_aside, "disturbed": kept_disturbed}
 
 
 def validate(
@@ -54,6 +168,8 @@ def validate(
     calibration_repeats: int = 1,
     master: str | None = None,
     quiet: bool = False,
+    repeats: int = 1,
+    disturbed_retries: int = DISTURBED_RETRIES,
 ) -> ValidationResult:
     # Imported here: `hop` reads CALIBRATION_FRACTIONS for its help text, and the
     # other commands have no use for Spark, pyarrow and pandas.
@@ -63,15 +179,8 @@ def validate(
     from monitor.report import render
     from monitor.spark import spark_session
 
-    if not calibration_fractions or not all(0 < f <= 1 for f in calibration_fractions):
-        raise InputError(
-            f"calibration fractions must be in (0, 1], got {list(calibration_fractions)}"
-        )
-    if calibration_repeats < 1:
-        raise InputError(f"calibration repeats must be at least 1, got {calibration_repeats}")
+    _check(calibration_fractions, calibration_repeats, repeats, disturbed_retries)
     carry = len(set(calibration_fractions)) > 1
-    if calibration_repeats > 1 and not carry:
-        raise InputError("repeated calibrations are pooled across two or more fractions: give two")
     started = time.monotonic()
     durations = dict(QUICK) if quick else {}
     if duration_s is not None:
@@ -83,42 +192,48 @@ def validate(
             print(f"[{time.monotonic() - started:6.1f} s] {text}", file=sys.stderr, flush=True)
 
     workload = load_case_study(study_file).workload or Workload()
-    calibrations: list[Path] = []
-    for k in range(calibration_repeats):
-        for fraction in calibration_fractions:
-            name = "calibration" if not calibrations else f"calibration-{fraction:g}-{k + 1}"
-            step(f"calibration replay at {fraction:g} of the load ({name})")
-            run = replay(
-                study_file,
-                run_dir / name,
-                scenario=scenario,
-                rate_scale=load_scale * fraction,
-                quiet=quiet,
-                duration_s=durations.get("duration_s", workload.duration_s) / fraction,
-                warmup_s=durations.get("warmup_s", workload.warmup_s) / fraction,
-            )
-            calibrations.append(run.run_dir)
+
+    def replay_step(s: Step, folder: Path) -> None:
+        replay(
+            study_file,
+            folder,
+            scenario=scenario,
+            rate_scale=load_scale * s.fraction,
+            quiet=quiet,
+            duration_s=durations.get("duration_s", workload.duration_s) / s.fraction,
+            warmup_s=durations.get("warmup_s", workload.warmup_s) / s.fraction,
+        )
+
+    steps = schedule(repeats, calibration_fractions, calibration_repeats)
+    reps = repetitions(steps)
+    record = run_replays(steps, run_dir, replay_step, disturbed_retries, step)
+    (run_dir / VALIDATION_FILE).write_text(
+        json.dumps(
+            {
+                "repeats": repeats,
+                "calibration_fractions": list(calibration_fractions),
+                "calibration_repeats": calibration_repeats,
+                "disturbed_retries": disturbed_retries,
+                "repetitions": [asdict(r) for r in reps],
+                **record,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     spark = spark_session(master)
     step("analysing the calibration run")
-    analyze(calibrations[0], master=master, spark=spark)
-    step("predicting the target workload")
-    predict(
-        calibrations[0],
-        rate_scale=1 / calibration_fractions[0],
-        measured_rates=True,
-        other_runs=calibrations[1:] if carry else (),
-    )
-    step("measurement replay")
-    measurement = replay(
-        study_file,
-        run_dir / "measurement",
-        scenario=scenario,
-        rate_scale=load_scale,
-        quiet=quiet,
-        **durations,
-    )
+    analyze(run_dir / reps[0].calibrations[0], master=master, spark=spark)
+    for r, rep in enumerate(reps, start=1):
+        step(f"predicting the target workload (repetition {r})")
+        predict(
+            run_dir / rep.calibrations[0],
+            rate_scale=1 / calibration_fractions[0],
+            measured_rates=True,
+            other_runs=[run_dir / name for name in rep.calibrations[1:]] if carry else (),
+        )
     step("analysing the measurement run")
-    analyze(measurement.run_dir, master=master, spark=spark)
+    analyze(run_dir / reps[0].measurement, master=master, spark=spark)
     step("writing the report")
     report_html, _, summary = render(run_dir)
     return ValidationResult(run_dir, report_html, summary, time.monotonic() - started)

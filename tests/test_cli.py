@@ -123,6 +123,8 @@ def test_hop_replay_stops_its_brokers_on_sigterm(tmp_path: Path) -> None:
         (["--calibration-fractions", "0.3", "1.5"], "calibration fractions must be in (0, 1]"),
         (["--calibration-repeats", "0"], "calibration repeats must be at least 1"),
         (["--calibration-fractions", "0.3", "--calibration-repeats", "2"], "give two"),
+        (["--repeats", "0"], "repeats must be at least 1"),
+        (["--disturbed-retries", "-1"], "disturbed retries must be 0 or more"),
     ],
 )
 def test_hop_validate_refuses_bad_calibrations(

@@ -1,5 +1,7 @@
-"""`hop validate --quick` end to end on tree7: the report agrees with the Parquet outputs,
-and it renders in a real browser (headless Chromium) with every figure."""
+"""`hop validate --quick --repeats 2` end to end on tree7: the replays run interleaved,
+the report agrees with the Parquet outputs and the runs' own figures (medians over the
+repetitions, intervals, whether each prediction lies inside the measurement's
+interval), and it renders in a real browser (headless Chromium) with every figure."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
 from hop.command import run_hop
+from monitor.report import measurement_of
 from tests.capabilities import chromium_path
 from tests.test_replay import small_study
 
@@ -27,7 +32,8 @@ def validated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp / "run"
     result = subprocess.run(
         [sys.executable, "-m", "hop", "validate", str(study), "--out", str(out),
-         "--quick", "--duration", "4", "--load-scale", "2", "--quiet"],
+         "--quick", "--duration", "4", "--load-scale", "2", "--quiet",
+         "--repeats", "2", "--disturbed-retries", "0"],
         capture_output=True, text=True, timeout=600, check=False,
         cwd=Path(__file__).resolve().parent.parent,
     )  # fmt: skip
@@ -65,38 +71,82 @@ def test_the_prediction_carries_costs_from_the_second_calibration(validated: Pat
     assert "also used: calibration-0.6-1" in (validated / "report.md").read_text()
 
 
-def test_report_tables_match_the_parquet_outputs(validated: Path) -> None:
-    md = (validated / "report.md").read_text()
-    rows = _md_table(md, "Broker throughput (Table 6.1 form)")
-    header, body = rows[0], rows[1:]
-    brokers = pq.read_table(validated / "measurement" / "analysis" / "brokers.parquet").to_pandas()
-    measured = brokers.groupby(brokers["broker"].astype(str))["throughput"].sum()
-    predictions = pq.read_table(
-        validated / "calibration" / "analysis" / "predictions.parquet"
-    ).to_pandas()
-    sim = predictions[
-        (predictions["kind"] == "broker")
-        & (predictions["metric"] == "throughput")
+def test_the_repetitions_ran_interleaved_and_recorded_the_host_load(validated: Path) -> None:
+    record = json.loads((validated / "validation.json").read_text())
+    assert record["order"] == [
+        "calibration",
+        "calibration-0.6-1",
+        "measurement",
+        "calibration-r2",
+        "calibration-0.6-1-r2",
+        "measurement-r2",
+    ]
+    started = [
+        json.loads((validated / run / "manifest.json").read_text())["phases"]["start_ns"]
+        for run in record["order"]
+    ]
+    assert started == sorted(started)
+    for run in record["order"]:
+        load = json.loads((validated / run / "manifest.json").read_text())["host_load"]
+        assert load["phases"]["measure"]["run_cores"] > 0
+        assert isinstance(load["disturbed"], bool)
+    assert "## Other load on the host" in (validated / "report.md").read_text()
+
+
+def _sim(calibration: Path, kind: str, metric: str) -> pd.Series:
+    predictions = pq.read_table(calibration / "analysis" / "predictions.parquet").to_pandas()
+    return predictions[
+        (predictions["kind"] == kind)
+        & (predictions["metric"] == metric)
         & (predictions["method"] == "sim")
     ].set_index("entity")["predicted"]
+
+
+def _check_row(cells: dict[str, str], measured: list[float], sim: list[float]) -> None:
+    """One report row against the two repetitions' own figures (the median of two is
+    their mean, and the bootstrap interval of two values their range)."""
+    middle, predicted = float(np.median(measured)), float(np.median(sim))
+    assert float(cells["measured"]) == pytest.approx(middle, abs=0.006)
+    assert float(cells["sim"]) == pytest.approx(predicted, abs=0.006)
+    error = (predicted - middle) / middle * 100
+    assert float(cells["sim_err_%"]) == pytest.approx(error, abs=0.006)
+    spread = max(abs(m - middle) for m in measured) / middle * 100
+    assert float(cells["spread_%"]) == pytest.approx(spread, abs=0.006)
+    inside = min(measured) <= predicted <= max(measured)
+    assert cells["sim_in_meas_ci"] == ("yes" if inside else "no")
+
+
+def test_report_tables_match_the_parquet_outputs(validated: Path) -> None:
+    md = (validated / "report.md").read_text()
+    runs = [measurement_of(validated / name) for name in ("measurement", "measurement-r2")]
+    calibrations = [validated / name for name in ("calibration", "calibration-r2")]
+    # Each run's own figures are the Spark analysis' figures.
+    brokers = pq.read_table(validated / "measurement" / "analysis" / "brokers.parquet").to_pandas()
+    spark = brokers.groupby(brokers["broker"].astype(str))["throughput"].sum()
+    for broker, value in spark.items():
+        assert runs[0][0][broker] == pytest.approx(value, abs=1e-9)
+    latency = pq.read_table(validated / "measurement" / "analysis" / "latency.parquet").to_pandas()
+    for row in latency.itertuples():
+        mean = runs[0][1][f"{row.publisher}>{row.subscriber}"]
+        assert mean == pytest.approx(row.mean_ms, abs=1e-9)
+
+    rows = _md_table(md, "Broker throughput (Table 6.1 form)")
+    header, body = rows[0], rows[1:]
+    sims = [_sim(c, "broker", "throughput") for c in calibrations]
     assert len(body) == 7
     for row in body:
         cells = dict(zip(header, row, strict=True))
         broker = cells["broker"]
-        assert float(cells["measured"]) == pytest.approx(measured[broker], abs=0.006)
-        assert float(cells["sim"]) == pytest.approx(sim[broker], abs=0.006)
-        error = (sim[broker] - measured[broker]) / measured[broker] * 100
-        assert float(cells["sim_err_%"]) == pytest.approx(error, abs=0.006)
+        _check_row(cells, [r[0][broker] for r in runs], [s[broker] for s in sims])
 
-    latency = pq.read_table(validated / "measurement" / "analysis" / "latency.parquet").to_pandas()
     rows = _md_table(md, "Delivery latency, every publisher and subscriber")
     header, body = rows[0], rows[1:]
+    sims = [_sim(c, "pair", "latency_ms") for c in calibrations]
     assert len(body) == len(latency)
-    by_pair = latency.set_index(["publisher", "subscriber"])["mean_ms"]
     for row in body:
         cells = dict(zip(header, row, strict=True))
-        mean = by_pair[(cells["publisher"], cells["subscriber"])]
-        assert float(cells["measured"]) == pytest.approx(mean, abs=0.006)
+        pair = f"{cells['publisher']}>{cells['subscriber']}"
+        _check_row(cells, [r[1][pair] for r in runs], [s[pair] for s in sims])
 
 
 def test_report_is_self_contained(validated: Path) -> None:

@@ -1,0 +1,370 @@
+"""Repeated validation on synthetic inputs: the interleaving of the replays, the
+bootstrap interval of the measurement, the prediction interval over several
+calibrations, the set-aside of disturbed replays, and the report's columns and
+summary sentence (no broker is started; `hop validate`'s replays, analyses and
+predictions are stand-ins that record what they were asked)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import monitor.analysis
+import monitor.predict
+import monitor.replay
+import monitor.report
+import monitor.spark
+from monitor.errors import InputError
+from monitor.hostload import OTHER_CPU_LIMIT_CORES, Sample, host_load
+from monitor.repeats import (
+    bootstrap_median_interval,
+    measured_summary,
+    predicted_summary,
+    spread_percent,
+)
+from monitor.report import HostLoadSummary, compare, summary_sentence
+from monitor.validate import Step, run_replays, schedule, validate
+
+REPO = Path(__file__).resolve().parent.parent
+STUDY = REPO / "topologies" / "tree7.toml"
+
+
+# -- interleaving -------------------------------------------------------------------------
+
+
+def test_schedule_alternates_calibration_sets_and_measurements() -> None:
+    steps = schedule(3, (0.3, 0.6), 1)
+    assert [(s.repetition, s.kind, s.fraction) for s in steps] == [
+        (1, "calibration", 0.3),
+        (1, "calibration", 0.6),
+        (1, "measurement", 1.0),
+        (2, "calibration", 0.3),
+        (2, "calibration", 0.6),
+        (2, "measurement", 1.0),
+        (3, "calibration", 0.3),
+        (3, "calibration", 0.6),
+        (3, "measurement", 1.0),
+    ]
+    # Repetition 1 keeps the folder names of a single validation.
+    assert [s.name for s in steps[:3]] == ["calibration", "calibration-0.6-1", "measurement"]
+    assert [s.name for s in steps[3:6]] == [
+        "calibration-r2",
+        "calibration-0.6-1-r2",
+        "measurement-r2",
+    ]
+    assert len({s.name for s in steps}) == len(steps)
+
+
+def test_schedule_with_repeated_calibrations() -> None:
+    names = [s.name for s in schedule(2, (0.3, 0.6), 2)]
+    assert names == [
+        "calibration",
+        "calibration-0.6-1",
+        "calibration-0.3-2",
+        "calibration-0.6-2",
+        "measurement",
+        "calibration-r2",
+        "calibration-0.6-1-r2",
+        "calibration-0.3-2-r2",
+        "calibration-0.6-2-r2",
+        "measurement-r2",
+    ]
+
+
+class Recorder:
+    """Stand-ins for replay, analyze, predict and render that log their calls."""
+
+    def __init__(self, disturbed_first: int = 0) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.disturbed_left = disturbed_first
+
+    def replay(self, study: Path, run_dir: Path, rate_scale: float = 1.0, **kw: Any) -> None:
+        self.calls.append(("replay", (run_dir.name, round(rate_scale, 6), kw["duration_s"])))
+        run_dir.mkdir(parents=True)
+        disturbed = self.disturbed_left > 0
+        self.disturbed_left -= 1
+        (run_dir / "manifest.json").write_text(json.dumps({"host_load": {"disturbed": disturbed}}))
+
+    def analyze(self, run_dir: Path, **kw: Any) -> None:
+        self.calls.append(("analyze", run_dir.name))
+
+    def predict(self, run_dir: Path, **kw: Any) -> None:
+        others = [p.name for p in kw["other_runs"]]
+        self.calls.append(("predict", (run_dir.name, others, kw["rate_scale"])))
+
+    def render(self, run_dir: Path) -> tuple[Path, Path, str]:
+        self.calls.append(("render", run_dir.name))
+        return run_dir / "report.html", run_dir / "report.md", "summary"
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    rec = Recorder()
+    monkeypatch.setattr(monitor.replay, "replay", rec.replay)
+    monkeypatch.setattr(monitor.analysis, "analyze", rec.analyze)
+    monkeypatch.setattr(monitor.predict, "predict", rec.predict)
+    monkeypatch.setattr(monitor.report, "render", rec.render)
+    monkeypatch.setattr(monitor.spark, "spark_session", lambda master=None: None)
+    return rec
+
+
+def test_validate_runs_calibrations_and_measurements_in_alternation(
+    recorder: Recorder, tmp_path: Path
+) -> None:
+    validate(STUDY, tmp_path, quick=True, repeats=2, quiet=True, load_scale=2.0)
+    replays = [args for name, args in recorder.calls if name == "replay"]
+    assert replays == [
+        ("calibration", 0.6, pytest.approx(10 / 0.3)),
+        ("calibration-0.6-1", 1.2, pytest.approx(10 / 0.6)),
+        ("measurement", 2.0, 10.0),
+        ("calibration-r2", 0.6, pytest.approx(10 / 0.3)),
+        ("calibration-0.6-1-r2", 1.2, pytest.approx(10 / 0.6)),
+        ("measurement-r2", 2.0, 10.0),
+    ]
+    # Every replay runs before any analysis; each repetition predicts from its own
+    # calibrations; repetition 1 is analysed with Spark.
+    names = [name for name, _ in recorder.calls]
+    assert names.index("analyze") > max(i for i, n in enumerate(names) if n == "replay")
+    predicts = [args for name, args in recorder.calls if name == "predict"]
+    assert predicts == [
+        ("calibration", ["calibration-0.6-1"], pytest.approx(1 / 0.3)),
+        ("calibration-r2", ["calibration-0.6-1-r2"], pytest.approx(1 / 0.3)),
+    ]
+    assert [a for n, a in recorder.calls if n == "analyze"] == ["calibration", "measurement"]
+    record = json.loads((tmp_path / "validation.json").read_text())
+    assert record["repetitions"] == [
+        {"calibrations": ["calibration", "calibration-0.6-1"], "measurement": "measurement"},
+        {
+            "calibrations": ["calibration-r2", "calibration-0.6-1-r2"],
+            "measurement": "measurement-r2",
+        },
+    ]
+    assert record["order"] == [r[0] for r in replays]
+
+
+def test_validate_refuses_bad_repeats(recorder: Recorder, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="repeats must be at least 1"):
+        validate(STUDY, tmp_path, repeats=0, quiet=True)
+    with pytest.raises(InputError, match="disturbed retries"):
+        validate(STUDY, tmp_path, disturbed_retries=-1, quiet=True)
+    assert recorder.calls == []
+
+
+def test_disturbed_replays_are_set_aside_and_run_again_a_bounded_number_of_times(
+    tmp_path: Path,
+) -> None:
+    rec = Recorder(disturbed_first=2)
+    steps = [Step(1, "calibration", 0.5, "calibration"), Step(1, "measurement", 1.0, "measurement")]
+
+    def replay_step(step: Step, folder: Path) -> None:
+        rec.replay(STUDY, folder, step.fraction, duration_s=1.0)
+
+    record = run_replays(steps, tmp_path, replay_step, 1, lambda _: None)
+    # The calibration was disturbed twice: once set aside, then kept (retries spent);
+    # the measurement ran once, quiet.
+    assert record == {
+        "order": ["calibration", "calibration", "measurement"],
+        "set_aside": ["calibration-disturbed-1"],
+        "disturbed": ["calibration"],
+    }
+    assert (tmp_path / "calibration-disturbed-1" / "manifest.json").exists()
+    assert (tmp_path / "calibration" / "manifest.json").exists()
+
+    rec = Recorder(disturbed_first=1)
+    record = run_replays(steps, tmp_path / "again", replay_step, 2, lambda _: None)
+    assert record["set_aside"] == ["calibration-disturbed-1"] and record["disturbed"] == []
+
+
+# -- measurement and prediction intervals -------------------------------------------------
+
+
+def test_bootstrap_interval_of_the_median() -> None:
+    rng = np.random.default_rng(7)
+    values = rng.normal(10.0, 1.0, size=100)
+    lo, hi = bootstrap_median_interval(values)
+    assert lo < np.median(values) < hi
+    # The median of 100 normal values has a standard error of about 1.2533 / 10.
+    assert 0.3 < hi - lo < 0.7
+    # Two runs: the interval is their range; one run has none.
+    assert bootstrap_median_interval([3.0, 5.0]) == (3.0, 5.0)
+    assert all(np.isnan(bootstrap_median_interval([3.0])))
+
+
+def test_spread_is_the_furthest_run_from_the_median() -> None:
+    assert spread_percent([10.0, 11.0, 13.0]) == pytest.approx(2 / 11 * 100)
+    assert np.isnan(spread_percent([4.0]))
+
+
+def test_measured_summary_over_repetitions() -> None:
+    reps = [
+        pd.Series({"a": 2.0, "b": 10.0}),
+        pd.Series({"a": 3.0, "b": 10.0}),
+        pd.Series({"a": 4.0}),
+    ]
+    out = measured_summary(reps).set_index("entity")
+    assert out.loc["a", "measured"] == 3.0 and out.loc["a", "runs"] == 3
+    assert out.loc["a", "spread_%"] == pytest.approx(100 / 3)
+    assert out.loc["a", "meas_ci_low"] >= 2.0 and out.loc["a", "meas_ci_high"] <= 4.0
+    assert out.loc["b", "measured"] == 10.0 and out.loc["b", "runs"] == 2
+
+
+def _prediction(predicted: float, half: float | None) -> pd.DataFrame:
+    low = None if half is None else predicted - half
+    high = None if half is None else predicted + half
+    return pd.DataFrame(
+        {"entity": ["p"], "predicted": [predicted], "ci_low": [low], "ci_high": [high]}
+    )
+
+
+def test_prediction_interval_covers_the_calibrations_and_the_sampling_error() -> None:
+    reps = [_prediction(2.0, 0.05), _prediction(2.3, 0.05), _prediction(2.1, 0.04)]
+    row = predicted_summary(reps, "sim").iloc[0]
+    assert row["sim"] == pytest.approx(2.1)  # the median prediction
+    assert row["sim_ci_low"] == pytest.approx(1.95)  # lowest prediction's own interval
+    assert row["sim_ci_high"] == pytest.approx(2.35)
+    # Without sampling error (mm1), the interval is the predictions' range...
+    row = predicted_summary([_prediction(x, None) for x in (2.0, 2.3, 2.1)], "mm1").iloc[0]
+    assert (row["mm1_ci_low"], row["mm1"], row["mm1_ci_high"]) == pytest.approx((2.0, 2.1, 2.3))
+    # ... and one calibration gives the simulation's own interval, or a point.
+    row = predicted_summary([_prediction(2.0, 0.05)], "sim").iloc[0]
+    assert (row["sim_ci_low"], row["sim_ci_high"]) == pytest.approx((1.95, 2.05))
+    row = predicted_summary([_prediction(2.0, None)], "mm1").iloc[0]
+    assert np.isnan(row["mm1_ci_low"]) and np.isnan(row["mm1_ci_high"])
+
+
+# -- the report ---------------------------------------------------------------------------
+
+
+def _predictions(broker: float, pairs: dict[str, float]) -> pd.DataFrame:
+    rows = [("broker", "1", "throughput", broker)]
+    rows += [("pair", entity, "latency_ms", value) for entity, value in pairs.items()]
+    frame = pd.DataFrame(rows, columns=["kind", "entity", "metric", "predicted"])
+    frame["method"] = "sim"
+    frame["ci_low"] = frame["predicted"] * 0.99
+    frame["ci_high"] = frame["predicted"] * 1.01
+    return frame
+
+
+def _measurement(broker: float, pairs: dict[str, float]) -> tuple[pd.Series, pd.Series]:
+    return pd.Series({"1": broker}), pd.Series(pairs)
+
+
+PAIRS = pd.DataFrame(
+    {
+        "publisher": ["pub1", "pub2", "pub3"],
+        "subscriber": ["sub1", "sub1", "sub1"],
+        "deliveries": [100, 80, 60],
+        "hops": [1, 3, 3],
+    }
+)
+
+
+def test_report_says_whether_each_prediction_lies_inside_the_measurement_interval() -> None:
+    # pub1>sub1 measured 2.0, 2.2, 2.4 (spread 9.1 %), predicted 2.25: inside, within.
+    # pub2>sub1 measured 3.0, 3.1, 3.2 (spread 3.2 %), predicted 4.0: outside.
+    # pub3>sub1 measured 1.0, 1.5, 2.0 (spread 33 %), predicted 1.4: inside, within.
+    measurements = [
+        _measurement(50.0, {"pub1>sub1": 2.0, "pub2>sub1": 3.0, "pub3>sub1": 1.0}),
+        _measurement(51.0, {"pub1>sub1": 2.2, "pub2>sub1": 3.1, "pub3>sub1": 1.5}),
+        _measurement(52.0, {"pub1>sub1": 2.4, "pub2>sub1": 3.2, "pub3>sub1": 2.0}),
+    ]
+    predictions = [
+        _predictions(51.2, {"pub1>sub1": 2.25, "pub2>sub1": 3.9, "pub3>sub1": 1.4}),
+        _predictions(51.0, {"pub1>sub1": 2.2, "pub2>sub1": 4.0, "pub3>sub1": 1.3}),
+        _predictions(51.3, {"pub1>sub1": 2.3, "pub2>sub1": 4.1, "pub3>sub1": 1.5}),
+    ]
+    comparison = compare(predictions, measurements, PAIRS)
+    lat = comparison.latency.set_index("entity")
+    assert lat.loc["pub1>sub1", "measured"] == pytest.approx(2.2)
+    assert lat.loc["pub1>sub1", "spread_%"] == pytest.approx(0.2 / 2.2 * 100)
+    assert lat.loc["pub1>sub1", "sim"] == pytest.approx(2.25)
+    assert lat.loc["pub1>sub1", "sim_in_meas_ci"] == "yes"
+    assert lat.loc["pub2>sub1", "sim_in_meas_ci"] == "no"
+    assert lat.loc["pub2>sub1", "sim_ci_low"] == pytest.approx(3.9 * 0.99)
+    assert comparison.throughput.iloc[0]["sim_in_meas_ci"] == "yes"
+    s = comparison.summary
+    assert s["latency_sim_within_spread"] == 2 and s["latency_sim_inside"] == 2
+    sentence = summary_sentence(comparison, "s1")
+    assert "medians of 3 interleaved repetitions" in sentence
+    assert "within the measurement's own run-to-run spread (mean 15.2 %) for 2 of 3 pairs" in (
+        sentence
+    )
+    assert "inside its 95 % interval for 2 of 3" in sentence
+    assert "throughput 1.95 %" in sentence  # the thesis' figure stays beside
+
+
+def test_one_measurement_gives_no_verdict() -> None:
+    comparison = compare(
+        [_predictions(51.0, {"pub1>sub1": 2.2, "pub2>sub1": 3.3, "pub3>sub1": 1.0})],
+        [_measurement(50.0, {"pub1>sub1": 2.0, "pub2>sub1": 3.0, "pub3>sub1": 1.0})],
+        PAIRS,
+    )
+    assert "spread_%" not in comparison.latency and "sim_in_meas_ci" not in comparison.latency
+    assert comparison.latency.set_index("entity").loc["pub2>sub1", "sim_err_%"] == (
+        pytest.approx(10.0)
+    )
+    sentence = summary_sentence(comparison, None)
+    assert "its run-to-run spread is unknown" in sentence
+    assert "neither confirm nor refute" in sentence
+
+
+def _manifest(other: float) -> dict[str, Any]:
+    t0 = 1_000_000_000_000
+    samples = [Sample(t0, 0.0, 0.0), Sample(t0 + 10**10, 10 * (0.5 + other), 5.0)]
+    bounds = {"warmup": (t0, t0 + 2 * 10**9), "measure": (t0 + 2 * 10**9, t0 + 10**10)}
+    return {"host_load": host_load(samples, bounds)}
+
+
+def test_host_load_from_samples_and_the_disturbed_mark() -> None:
+    quiet, busy = _manifest(0.05)["host_load"], _manifest(0.8)["host_load"]
+    assert quiet["phases"]["measure"] == {
+        "seconds": 8.0,
+        "host_cores": pytest.approx(0.55),
+        "run_cores": pytest.approx(0.5),
+        "other_cores": pytest.approx(0.05),
+    }
+    assert quiet["disturbed"] is False and busy["disturbed"] is True
+    assert busy["phases"]["warmup"]["other_cores"] == pytest.approx(0.8)
+    edge = _manifest(OTHER_CPU_LIMIT_CORES + 0.01)["host_load"]
+    assert edge["disturbed"] is True
+    # Not judged (an attached run): recorded, no mark.
+    samples = [Sample(0, 0.0, 0.0), Sample(10**9, 1.0, 0.0)]
+    assert host_load(samples, {"measure": (0, 10**9)}, judge=False)["disturbed"] is None
+
+
+def test_report_names_the_disturbed_replays() -> None:
+    load = HostLoadSummary.of(
+        [("calibration", _manifest(0.05)), ("measurement", _manifest(0.9))],
+        set_aside=["measurement-disturbed-1"],
+    )
+    assert load is not None
+    assert list(load.table["disturbed"]) == ["quiet", "DISTURBED"]
+    sentence = load.sentence()
+    assert "NOT quiet" in sentence and "(measurement)" in sentence
+    assert "1 disturbed replays were set aside" in sentence
+    quiet = HostLoadSummary.of([("calibration", _manifest(0.05))])
+    assert quiet is not None and "at most 0.2 cores" in quiet.sentence()
+    assert HostLoadSummary.of([("old", {})]) is None
+
+
+def test_no_spread_is_said_as_such() -> None:
+    """Replays of the same events can give the very same throughput: there is then no
+    spread to be within, and the sentence says so rather than 'within for 0 of 1'."""
+    comparison = compare(
+        [_predictions(51.0, {"pub1>sub1": 2.2}), _predictions(51.1, {"pub1>sub1": 2.3})],
+        [_measurement(50.0, {"pub1>sub1": 2.0}), _measurement(50.0, {"pub1>sub1": 2.4})],
+        PAIRS,
+    )
+    sentence = summary_sentence(comparison, None)
+    assert "throughput (sim) mean error 2.1 %, worst 2.1 %, every measurement the same" in (
+        sentence
+    )
+    assert "latency (sim) mean error 2.3 %" in sentence
+    assert "within the measurement's own run-to-run spread (mean 9.1 %) for 1 of 1 pairs" in (
+        sentence
+    )
