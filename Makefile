@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml scripts/system_deps.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/system_deps.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	touch $(STAMP)
 
 # The main job: the thesis' 15-broker case study replayed, characterized with Spark,
