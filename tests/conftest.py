@@ -71,4 +71,5 @@ def spark() -> Iterator[SparkSession]:
 
 # --- capabilities: tests that need a tool fail, or skip only when HOP_TEST_SKIP names it ---
 # (tests/capabilities.py; pytester runs pytest inside a test, for tests/test_capabilities.py)
-pytest_plugins = ["tests.capabilities", "pytester"]
+# tests/spark_cluster.py: the `standalone_cluster` fixture, one per session.
+pytest_plugins = ["tests.capabilities", "tests.spark_cluster", "pytester"]

@@ -45,10 +45,6 @@ REPLAY_S, WARMUP_S = 3.0, 0.5
 # a replay of a few seconds at base5 publishes each of them many times.
 FREQUENT = {"statInfoSM", "inventoryInfo", "order", "orderConf", "callForOffers"}
 
-# One master and one worker on 127.0.0.1 (tests/test_analysis.py), stopped by PID.
-standalone_cluster = test_analysis.standalone_cluster
-
-
 def _ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
     assert result.returncode == 0, f"{result.args}\n{result.stderr[-3000:]}"
     return result
@@ -154,7 +150,7 @@ def test_hop_predict_covers_every_measured_broker_and_pair(specjms_predicted: Pa
 
 def test_hop_report_names_the_case_study_and_its_brokers(specjms_predicted: Path) -> None:
     result = _ok(hop("report", str(specjms_predicted), timeout=120))
-    assert result.stdout.startswith("Prediction vs measurement: throughput (sim) worst")
+    assert result.stdout.startswith("Prediction vs measurement: throughput (sim) mean error")
     html, md = specjms_predicted / "report.html", specjms_predicted / "report.md"
     assert result.stdout.split()[-2:] == [str(html), str(md)]
     text = md.read_text()

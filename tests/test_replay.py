@@ -21,7 +21,7 @@ from monitor.characterize import characterize
 from monitor.traces import TraceError, read_table
 from monitor.tracing import attributes_from_json
 from routing import parse_filter
-from topologies import CaseStudy, load_case_study, publisher_name, subscriber_name
+from topologies import CaseStudy, Deployment, load_case_study, publisher_name, subscriber_name
 from topologies.generators import to_toml
 
 pytestmark = pytest.mark.integration
@@ -40,7 +40,11 @@ def small_study(tmp_path: Path, routing: str) -> tuple[Path, CaseStudy]:
         },
     )
     workload = dataclasses.replace(study.workload, duration_s=2.0, warmup_s=0.5, drain_s=1.0)
-    study = dataclasses.replace(study, topology=topology, workload=workload)
+    # A process per home broker (4, not 12): what these tests check does not depend on
+    # the placement, and each process costs a start; tests/test_replay_deployment.py
+    # replays every placement, the default included.
+    deployment = Deployment(clients="broker")
+    study = dataclasses.replace(study, topology=topology, workload=workload, deployment=deployment)
     path = tmp_path / f"tree7-{routing}.toml"
     path.write_text(to_toml(study))
     return path, load_case_study(path)

@@ -34,6 +34,7 @@ def _with_deployment(path: Path, deployment: Deployment) -> Path:
 
 def test_clients_run_one_process_each_by_default(tmp_path: Path) -> None:
     _, study = small_study(tmp_path, "hierarchical")
+    study = dataclasses.replace(study, deployment=Deployment())
     processes = client_processes(study, HERE)
     assert len(processes) == len(study.publishers) + len(study.subscribers)
     assert all(len(p.publishers) + len(p.subscribers) == 1 for p in processes)
@@ -120,7 +121,8 @@ def test_attach_drives_and_gathers_brokers_started_beforehand(tmp_path: Path) ->
 def test_a_client_process_killed_mid_run_is_named_and_nothing_is_left(tmp_path: Path) -> None:
     path, study = small_study(tmp_path, "hierarchical")
     longer = dataclasses.replace(study.workload, duration_s=30.0)
-    path.write_text(to_toml(dataclasses.replace(study, workload=longer)))
+    default = Deployment()  # a process per client
+    path.write_text(to_toml(dataclasses.replace(study, workload=longer, deployment=default)))
     out = tmp_path / "run"
     replay = subprocess.Popen(
         [*HOP, "replay", str(path), "--out", str(out), "--quiet"],

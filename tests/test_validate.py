@@ -32,7 +32,7 @@ def validated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp / "run"
     result = subprocess.run(
         [sys.executable, "-m", "hop", "validate", str(study), "--out", str(out),
-         "--quick", "--duration", "4", "--load-scale", "2", "--quiet",
+         "--quick", "--duration", "2", "--load-scale", "2", "--quiet",
          "--repeats", "2", "--disturbed-retries", "0"],
         capture_output=True, text=True, timeout=600, check=False,
         cwd=Path(__file__).resolve().parent.parent,

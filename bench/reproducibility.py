@@ -1,0 +1,194 @@
+"""How reproducible one replay is, and where the clients run: the siena15 case study
+replayed K times in each client placement, in rotation in one run: every client in one
+process (`clients = "single"`, how replays ran before), one process per home broker
+(`"broker"`), each client in a process of its own (`"process"`, the default).
+
+    python -m bench.reproducibility [--rounds 5] [--modes single process]
+        [--scenario s1] [--duration 20] [--quick] [--name NAME]
+
+Per replay: the mean of each stage of an event's path from the traces
+(`monitor.characterize`: publish = client to home broker, link = broker to broker,
+deliver = last broker to subscriber, service = a broker's time per event, averaged
+over brokers), the end-to-end latency of every delivery in the measurement window
+(mean and median), and each (publisher, subscriber) pair's mean latency. Per mode:
+each figure's median over the rounds with its range, and the run-to-run coefficient
+of variation (standard deviation over mean, across the rounds) of every pair's mean
+latency (median and worst over pairs) and of each stage's mean. Written to
+bench/results/reproducibility.json (NAME.json with --name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import write_result
+from broker.local_network import REPO, on_free_ports
+from monitor.characterize import characterize
+from monitor.replay import replay
+from monitor.traces import read_manifest, read_table
+from topologies import Deployment, load_case_study
+from topologies.generators import to_toml
+
+MODES = ("single", "broker", "process")
+
+
+def measure(
+    study_file: Path, mode: str, scenario: str, duration_s: float, workdir: Path
+) -> dict[str, Any]:
+    """One replay in `mode`; its stage means and end-to-end latency (us)."""
+    study = load_case_study(study_file)
+    placed = workdir / f"{mode}.toml"
+    placed.write_text(to_toml(dataclasses.replace(study, deployment=Deployment(clients=mode))))
+    run = workdir / f"{mode}-{time.monotonic_ns()}"
+    result = replay(placed, run, scenario=scenario, duration_s=duration_s, quiet=True)
+    if result.counts.lost or result.counts.unexpected:
+        raise RuntimeError(f"{mode}: {result.counts}")
+    char = characterize(run)
+    stages = char.stage_means_us()
+    service = [v for k, v in stages.items() if k.startswith("service ")]
+    manifest = read_manifest(run)
+    phases = manifest["phases"]
+    deliveries = read_table(run, "deliveries").table.to_pandas()
+    window = deliveries["t_publish_ns"].between(
+        phases["measure_start_ns"], phases["measure_end_ns"]
+    )
+    in_window = deliveries.loc[window]
+    latency = (in_window["t_deliver_ns"] - in_window["t_publish_ns"]) / 1e3
+    return {
+        "publish_us": stages["publish"],
+        "link_us": stages["link"],
+        "deliver_us": stages["deliver"],
+        "service_us": float(np.mean(service)),
+        "latency_mean_us": float(latency.mean()),
+        "latency_p50_us": float(latency.median()),
+        "deliveries": int(window.sum()),
+        "client_processes": sum(p["kind"] == "clients" for p in manifest["processes"]),
+        "pairs_ms": {
+            f"{pub}>{sub}": float(v) / 1e3
+            for (pub, sub), v in latency.groupby(
+                [in_window["publisher"], in_window["subscriber"]]
+            ).mean().items()
+        },
+    }
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per figure: the median over the rounds and the range; and the coefficients of
+    variation across the rounds (pairs' mean latencies, stages' means)."""
+    out: dict[str, Any] = {}
+    for key in runs[0]:
+        if key == "pairs_ms":
+            continue
+        values = [r[key] for r in runs]
+        out[key] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
+    if len(runs) > 1:
+        pairs = set.intersection(*(set(r["pairs_ms"]) for r in runs))
+        cvs = sorted(_cv([r["pairs_ms"][p] for r in runs]) for p in pairs)
+        out["pair_cv"] = {
+            "pairs": len(cvs),
+            "median": statistics.median(cvs),
+            "p90": cvs[int(0.9 * (len(cvs) - 1))],
+            "max": cvs[-1],
+        }
+        stages = ("publish_us", "link_us", "deliver_us", "service_us", "latency_mean_us")
+        out["stage_cv"] = {key: _cv([r[key] for r in runs]) for key in stages}
+    return out
+
+
+def _cv(values: list[float]) -> float:
+    """Standard deviation (n - 1) over mean."""
+    return statistics.stdev(values) / statistics.mean(values)
+
+
+LABELS = {
+    "single": "all clients in one process",
+    "broker": "a process per home broker",
+    "process": "a process per client",
+}
+
+
+def table(result: dict[str, Any]) -> str:
+    """The Markdown tables of a result: stage means (median and range over rounds) and
+    run-to-run variation, per mode."""
+    modes = list(result["modes"])
+    rows = [
+        ("publish stage (client to home broker)", "publish_us"),
+        ("link stage (broker to broker)", "link_us"),
+        ("delivery stage (broker to subscriber)", "deliver_us"),
+        ("broker service time", "service_us"),
+        ("end-to-end latency, mean", "latency_mean_us"),
+        ("end-to-end latency, median", "latency_p50_us"),
+    ]
+    head = "| us, median (range) over rounds | " + " | ".join(LABELS[m] for m in modes) + " |"
+    lines = [head, "|---" * (len(modes) + 1) + "|"]
+    for label, key in rows:
+        cells = []
+        for mode in modes:
+            s = result["modes"][mode]["summary"][key]
+            cells.append(f"{s['median']:.0f} ({s['min']:.0f}-{s['max']:.0f})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if all("pair_cv" in result["modes"][m]["summary"] for m in modes):
+        names = " | ".join(LABELS[m] for m in modes)
+        lines += ["", f"| run-to-run variation (CV) | {names} |"]
+        lines.append("|---" * (len(modes) + 1) + "|")
+        for label, get in (
+            ("pair mean latency, median over pairs", lambda x: x["pair_cv"]["median"]),
+            ("pair mean latency, 90th percentile", lambda x: x["pair_cv"]["p90"]),
+            ("pair mean latency, worst pair", lambda x: x["pair_cv"]["max"]),
+            ("publish stage", lambda x: x["stage_cv"]["publish_us"]),
+            ("link stage", lambda x: x["stage_cv"]["link_us"]),
+            ("delivery stage", lambda x: x["stage_cv"]["deliver_us"]),
+            ("broker service", lambda x: x["stage_cv"]["service_us"]),
+        ):
+            cells = [f"{100 * get(result['modes'][m]['summary']):.1f} %" for m in modes]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=["single", "process"])
+    parser.add_argument("--scenario", default="s1")
+    parser.add_argument("--duration", type=float, default=20.0, help="measured seconds")
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 5 s")
+    parser.add_argument("--name", default="reproducibility", help="bench/results/NAME.json")
+    given = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(given)
+    rounds, duration = (2, 5.0) if args.quick else (args.rounds, args.duration)
+    modes = tuple(args.modes)
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    with tempfile.TemporaryDirectory(prefix="bench-reproducibility-") as tmp:
+        workdir = Path(tmp)
+        study_file = on_free_ports(REPO / "topologies" / "siena15.toml", workdir / "siena15.toml")
+        for round_ in range(rounds):
+            shift = round_ % len(modes)  # each mode goes first in turn
+            order = modes[shift:] + modes[:shift]
+            for mode in order:
+                figures = measure(study_file, mode, args.scenario, duration, workdir)
+                runs[mode].append(figures)
+                shown = {k: v for k, v in figures.items() if k != "pairs_ms"}
+                print(f"round {round_ + 1} {mode}: {shown}", flush=True)
+    result = {
+        "command": " ".join(["python -m bench.reproducibility", *given]),
+        "scenario": args.scenario,
+        "duration_s": duration,
+        "rounds": rounds,
+        "modes": {mode: {"runs": runs[mode], "summary": summary(runs[mode])} for mode in modes},
+    }
+    print(table(result))
+    print(write_result(args.name, result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
