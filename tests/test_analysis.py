@@ -559,6 +559,7 @@ def test_replay_hierarchical(spark: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # make soak; make test covers a cluster through hop analyze --master
 def test_spark_submit_to_a_standalone_cluster_matches_local_mode(
     hand_analysis: dict[str, Any], standalone_cluster: str, tmp_path: Path
 ) -> None:

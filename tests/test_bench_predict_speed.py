@@ -7,7 +7,8 @@ import pytest
 from bench import predict_speed
 from broker.local_network import REPO
 
-pytestmark = pytest.mark.integration
+# Real replays and predictions, about a minute: make soak runs it.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_each_command_is_timed_on_a_short_replay() -> None:

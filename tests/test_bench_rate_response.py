@@ -8,7 +8,8 @@ import pytest
 from bench import rate_response
 from broker.local_network import REPO
 
-pytestmark = pytest.mark.integration
+# Real replays at two rates, about half a minute: make soak runs it.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_two_short_replays_are_characterized_in_order() -> None:

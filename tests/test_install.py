@@ -129,7 +129,7 @@ def test_the_installed_hop_runs_the_pipeline_from_outside_the_checkout(
     steps = [
         [hop, "replay", "tree7", "--out", "run", "--duration", "3", "--warmup", "1", "--quiet"],
         [hop, "analyze", "run"],
-        [hop, "predict", "run"],
+        [hop, "predict", "run", "--method", "mm1"],
         [hop, "report", "run"],
     ]
     for step in steps:

@@ -434,6 +434,7 @@ def test_empty_event_mix_is_an_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # make soak; make test replays base5 in tests/test_end_to_end.py
 def test_replay_base5_delivers_exactly_the_matching_set(tmp_path: Path, study: CaseStudy) -> None:
     base = free_base_port(len(study.topology.brokers))
     topology = dataclasses.replace(
