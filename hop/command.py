@@ -4,6 +4,7 @@ so a command's signal handlers and exit code are what a user gets)."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -29,6 +30,18 @@ def start_hop(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*HOP, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+
+
+def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
+    """Stop a `hop` child by its PID: `sig`, then SIGKILL after `timeout` s; reaped, its
+    pipes drained."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
 
 
 def wait_ready(net: subprocess.Popen[str], timeout: float = 60.0) -> None:

@@ -17,7 +17,7 @@ from broker.cli import EXIT_BAD_INPUT, EXIT_FAILURE, Layer, build, run
 from broker.local_network import REPO, free_base_port
 from broker.probe import fetch_stats
 from hop.cli import main as hop_main
-from hop.command import HOP, wait_ready
+from hop.command import HOP, stop, wait_ready
 from monitor.errors import InputError
 
 
@@ -123,9 +123,4 @@ def test_hop_net_is_ready_only_when_linked(tmp_path: Path, routing: str) -> None
             got = sorted(sub.next(timeout=10)["n"] for _ in range(count))
         assert got == list(range(count))
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, signal.SIGINT)

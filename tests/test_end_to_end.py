@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import signal
 import subprocess
 import time
 from collections import defaultdict
@@ -29,7 +28,7 @@ import pytest
 
 from broker.local_network import Network, on_free_ports
 from broker.probe import fetch_stats
-from hop.command import REPO, start_hop
+from hop.command import REPO, start_hop, stop
 from hop.command import run_hop as hop
 from monitor.analysis import analyze
 from monitor.predict import METHODS, PREDICTIONS
@@ -211,12 +210,7 @@ def running(proc: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
         yield proc
     finally:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.communicate(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
+            stop(proc)
 
 
 def _wait(condition: object, proc: subprocess.Popen[str], timeout: float = 30) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hop.command import HOP, wait_ready
+from hop.command import HOP, stop, wait_ready
 from monitor.characterize import characterize
 from monitor.placement import client_processes
 from tests.test_replay import small_study
@@ -107,8 +107,7 @@ def test_attach_drives_and_gathers_brokers_started_beforehand(tmp_path: Path) ->
         assert "lost 0, unexpected 0" in done.stdout
         assert net.poll() is None  # the brokers are still the user's, still running
     finally:
-        net.send_signal(signal.SIGINT)
-        net.wait(timeout=30)
+        stop(net, signal.SIGINT)
     gathered = sorted(p.name.split("-")[1] for p in (out / "traces").glob("hops-*.arrow"))
     assert gathered == sorted(f"broker{b}" for b in study.topology.brokers)
     manifest = json.loads((out / "manifest.json").read_text())
