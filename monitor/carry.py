@@ -29,6 +29,18 @@ rate is the median of the runs' means (and U the median of theirs), and their sa
 are pooled. Repeats matter because extrapolating amplifies noise, and on a shared
 2-core host one run's stage means move 10-20 % from one run to the next.
 
+Whether the stages follow that line at all is an empirical question of the host and
+the placement. With all clients in one process on tree7 (`bench.rate_response`) the
+stages' costs fell by a fifth between one and three times the rate, and the line
+carried them. With a process per client (the replay's default) on siena15, the stages'
+means at 0.3 and 0.6 of the target load differed by no more than one run differs from
+the next, and a line through two single runs doubles that noise at the target. So the
+*trend* is a choice: `"line"` carries each stage (service times, delays) along its
+line; `"none"` pools every run's samples as they are, as repeats of one load. The CPU
+figures (the host's busy share, each broker's off-path CPU, the client's CPU per
+event) follow their lines in both: they come from the processes' CPU counters, which
+one run measures to within a percent, not from delays that move with the host.
+
 Assumptions: the runs carry the same workload (same publishers, trees and
 subscriptions) at different rates, on one host (`hop replay` starts every process on
 it); each stage's mean and the host's CPU per publication are linear in U between and
@@ -51,6 +63,9 @@ from monitor.errors import InputError
 FACTOR_LIMITS = (0.5, 2.0)
 """A stage's carried mean stays within these multiples of its mean at the nearest rate:
 beyond them the line is taken as the noise of short runs, not a trend to follow."""
+
+TRENDS = ("line", "none")
+"""How the stages' costs are carried between loads (module doc)."""
 
 SAME_RATE = 0.1
 """Runs whose total rates are within this fraction of each other are repeats of one rate."""
@@ -122,12 +137,17 @@ def _check(runs: Sequence[Characterization], target_rate: float) -> None:
         raise InputError(f"the target rate must be positive, not {target_rate}")
 
 
-def carried(runs: Sequence[Characterization], target_rate: float) -> Characterization:
+def carried(
+    runs: Sequence[Characterization], target_rate: float, trend: str = "line"
+) -> Characterization:
     """`runs[0]` (the reference run: its workload, trees and rates) with every service
     time, delay and off-path CPU figure carried to `target_rate` (publications per
-    second, all publishers): the pooled samples of the runs at the rate nearest the
-    target (in log terms), scaled so that each stage's mean is on the stage's line in
-    the host's busy share at the target's busy share."""
+    second, all publishers). With `trend` "line", the pooled samples of the runs at the
+    rate nearest the target (in log terms), scaled so that each stage's mean is on the
+    stage's line in the host's busy share at the target's busy share; with "none",
+    every run's samples pooled as they are. CPU figures follow their lines in both."""
+    if trend not in TRENDS:
+        raise InputError(f"unknown trend {trend!r}; use one of {TRENDS}")
     _check(runs, target_rate)
     reference = runs[0]
     groups = rate_groups(runs)
@@ -143,7 +163,7 @@ def carried(runs: Sequence[Characterization], target_rate: float) -> Characteriz
     rates, busy = medians(total_rate), medians(lambda r: r.busy_cores)
     busy_at_target = target_busy(busy, rates, target_rate, reference.cores)
     nearest = min(range(len(groups)), key=lambda i: abs(math.log(target_rate / rates[i])))
-    near = groups[nearest]
+    near = groups[nearest] if trend == "line" else list(runs)
 
     def target_mean(stage: Callable[[Characterization], float]) -> float:
         means = medians(stage)
@@ -154,11 +174,14 @@ def carried(runs: Sequence[Characterization], target_rate: float) -> Characteriz
         )
 
     def pooled(get: Callable[[Characterization], np.ndarray]) -> np.ndarray:
-        """The runs at the nearest rate's arrays (samples, gaps or keys), joined."""
+        """The arrays (samples, gaps or keys) of the runs drawn from, joined: the nearest
+        rate's runs, or every run without a trend."""
         return np.concatenate([np.asarray(get(r)) for r in near])
 
     def factor(get: Callable[[Characterization], np.ndarray]) -> float:
         """What the pooled samples of a stage are multiplied by to reach its target mean."""
+        if trend == "none":
+            return 1.0
         mean = _mean(pooled(get))
         return target_mean(lambda r: _mean(get(r))) / mean if mean > 0 else 1.0
 

@@ -18,7 +18,7 @@ from broker.process import StartupError, unwind_on_sigterm
 from monitor.errors import InputError
 from monitor.hostload import OTHER_CPU_LIMIT_CORES
 from monitor.replay import ReplayError
-from monitor.validate import CALIBRATION_FRACTIONS, DISTURBED_RETRIES
+from monitor.validate import CALIBRATION_FRACTIONS, DISTURBED_RETRIES, TREND
 from routing import FilterSyntaxError
 from topologies import TopologyError, study_path
 
@@ -72,6 +72,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         measured_rates=args.measured_rates,
         warm=not args.as_measured,
         other_runs=[Path(run) for run in args.other_runs],
+        trend=args.trend,
     )
     print(json.dumps(summary, indent=2, default=str))
     return EXIT_OK
@@ -103,6 +104,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         quiet=args.quiet,
         repeats=args.repeats,
         disturbed_retries=args.disturbed_retries,
+        trend=args.trend,
     )
     print(result.summary)
     print(f"report: {result.report_html} ({result.seconds:.0f} s)")
@@ -160,6 +162,13 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "is carried to the target along its line in the host's busy share through the "
         "runs, and runs at one rate are pooled (monitor.carry)",
     )
+    p.add_argument(
+        "--trend",
+        default="line",
+        metavar="{line,none}",
+        help="with --other-runs: carry each stage along its line in the host's busy share "
+        "(line, the default) or pool every run's samples as they are (none)",
+    )
     p.set_defaults(func=cmd_predict)
 
     p = command("report", "RUN_DIR/report.html and report.md")
@@ -181,7 +190,15 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="F",
         help="calibration loads as fractions of the target, one replay each (default "
         f"{' '.join(f'{f:g}' for f in CALIBRATION_FRACTIONS)}); with two or more, each cost "
-        "is carried to the target along its line in the host's busy share (monitor.carry)",
+        "is carried to the target by --trend (monitor.carry)",
+    )
+    p.add_argument(
+        "--trend",
+        default=TREND,
+        metavar="{line,none}",
+        help="with two or more fractions: pool the calibrations' samples as they are "
+        f"(none) or carry each stage along its line in the host's busy share (line); "
+        f"default {TREND} (docs/accuracy.md says why)",
     )
     p.add_argument(
         "--calibration-repeats",

@@ -248,8 +248,7 @@ class Coordinator:
         tail = started.log.read_text(errors="replace").strip().splitlines()[-3:]
         said = f"; its log ends: {' | '.join(tail)}" if tail else ""
         return ClientProcessError(
-            f"{started.describe()} ended unexpectedly (exit code {code}, log {started.log})"
-            f"{said}"
+            f"{started.describe()} ended unexpectedly (exit code {code}, log {started.log}){said}"
         )
 
     def _note(self, name: str, message: dict[str, Any], wanted: str, waiting: set[str]) -> None:

@@ -245,13 +245,14 @@ def predict(
     measured_rates: bool = False,
     warm: bool = True,
     other_runs: Sequence[Path] = (),
+    trend: str = "line",
 ) -> dict[str, Any]:
     """Write RUN_DIR/analysis/predictions.parquet; return a summary.
 
     With `other_runs` (runs of the same workload, at least one at another rate than
     RUN_DIR's; repeats at one rate are pooled) each stage's samples are carried to the
-    target along the stage's line in the host's busy share through the runs
-    (`monitor.carry`).
+    target along the stage's line in the host's busy share through the runs, or with
+    `trend` "none" every run's samples pooled as they are (`monitor.carry`).
     Otherwise, with `warm` (the default), the run's samples are drawn again for the
     target's rates (`warmed`); without it they are taken as measured, as the thesis
     does.
@@ -264,8 +265,9 @@ def predict(
     summary: dict[str, Any] = {"target_rates": target.rates, "methods": {}}
     if other_runs:
         runs = [char, *(characterize(run) for run in other_runs)]
-        prepared = carried(runs, sum(target.rates.values()))
+        prepared = carried(runs, sum(target.rates.values()), trend)
         summary["other_runs"] = [str(run) for run in other_runs]
+        summary["trend"] = trend
     else:
         prepared = warmed(char, target, seed) if warm else char
     network = build_network(prepared, target)

@@ -16,10 +16,10 @@ and measurement alike:
    measured rates scaled up to the target, so the prediction is for the events the
    measurement replays, not for the scenario's nominal rates, which a short run's
    Poisson arrivals miss by several percent; with calibrations at two or more
-   fractions, each stage's cost is carried to the target load by how it changed with
-   the host's busy share between them (`monitor.carry`; costs fall as the host gets
-   busier, and one run cannot show by how much: docs/accuracy.md), otherwise the one
-   run's samples are drawn again by idle gaps (`monitor.warmth`);
+   fractions, their samples are pooled (`trend` "none", the default) or each stage's
+   cost is carried to the target load along its line in the host's busy share between
+   them (`trend` "line"; `monitor.carry` and docs/accuracy.md say when which), otherwise
+   the one run's samples are drawn again by idle gaps (`monitor.warmth`);
 4. RUN_DIR/report.html and report.md comparing the predictions with the measurements
    (`monitor.repeats`: medians, intervals and run-to-run spread).
 
@@ -46,6 +46,9 @@ from topologies import Workload, load_case_study
 
 QUICK = {"duration_s": 10.0, "warmup_s": 2.0}
 CALIBRATION_FRACTIONS = (0.3, 0.6)
+TREND = "none"
+"""Calibrations pooled, not carried along a line: on siena15 with a process per client
+the line through two single runs followed their noise (docs/accuracy.md)."""
 DISTURBED_RETRIES = 1
 """How many times a replay disturbed by other load on the host is run again before it
 is kept as it is (and reported as such)."""
@@ -111,7 +114,12 @@ def _check(
     calibration_repeats: int,
     repeats: int,
     disturbed_retries: int,
+    trend: str,
 ) -> None:
+    from monitor.carry import TRENDS
+
+    if trend not in TRENDS:
+        raise InputError(f"unknown trend {trend!r}; use one of {TRENDS}")
     if not calibration_fractions or not all(0 < f <= 1 for f in calibration_fractions):
         raise InputError(
             f"calibration fractions must be in (0, 1], got {list(calibration_fractions)}"
@@ -170,6 +178,7 @@ def validate(
     quiet: bool = False,
     repeats: int = 1,
     disturbed_retries: int = DISTURBED_RETRIES,
+    trend: str = TREND,
 ) -> ValidationResult:
     # Imported here: `hop` reads CALIBRATION_FRACTIONS for its help text, and the
     # other commands have no use for Spark, pyarrow and pandas.
@@ -179,7 +188,7 @@ def validate(
     from monitor.report import render
     from monitor.spark import spark_session
 
-    _check(calibration_fractions, calibration_repeats, repeats, disturbed_retries)
+    _check(calibration_fractions, calibration_repeats, repeats, disturbed_retries, trend)
     carry = len(set(calibration_fractions)) > 1
     started = time.monotonic()
     durations = dict(QUICK) if quick else {}
@@ -214,6 +223,7 @@ def validate(
                 "calibration_fractions": list(calibration_fractions),
                 "calibration_repeats": calibration_repeats,
                 "disturbed_retries": disturbed_retries,
+                "trend": trend if carry else None,
                 "repetitions": [asdict(r) for r in reps],
                 **record,
             },
@@ -231,6 +241,7 @@ def validate(
             rate_scale=1 / calibration_fractions[0],
             measured_rates=True,
             other_runs=[run_dir / name for name in rep.calibrations[1:]] if carry else (),
+            trend=trend,
         )
     step("analysing the measurement run")
     analyze(run_dir / reps[0].measurement, master=master, spark=spark)

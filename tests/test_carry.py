@@ -175,3 +175,25 @@ def test_a_disturbed_repeat_is_outvoted_and_the_samples_pooled() -> None:
     # one disturbed pair alone is far off
     alone = carried([lows[1], highs[2]], 135.0)
     assert abs(alone.link_delay_ns.mean() / truth.link_delay_ns.mean() - 1) > 0.3
+
+
+def test_without_a_trend_every_run_is_pooled_as_measured() -> None:
+    low, high = run(45.0), run(67.5, seed=1)
+    got = carried([low, high], 135.0, trend="none")
+    assert np.array_equal(
+        got.link_delay_ns, np.concatenate([low.link_delay_ns, high.link_delay_ns])
+    )
+    for b in ("1", "2"):
+        assert np.array_equal(
+            got.service_ns[b], np.concatenate([low.service_ns[b], high.service_ns[b]])
+        )
+        assert np.array_equal(
+            got.service_gap_ns[b], np.concatenate([low.service_gap_ns[b], high.service_gap_ns[b]])
+        )
+    # the CPU figures still follow their lines: the host is busier at three times the rate
+    line = carried([low, high], 135.0)
+    assert got.busy_cores == line.busy_cores == pytest.approx(busy_at(135.0))
+    assert got.client_cpu_per_event_s == line.client_cpu_per_event_s
+    assert got.overhead_ns == line.overhead_ns
+    with pytest.raises(ValueError, match="unknown trend"):
+        carried([low, high], 135.0, trend="curve")

@@ -125,6 +125,7 @@ def test_hop_replay_stops_its_brokers_on_sigterm(tmp_path: Path) -> None:
         (["--calibration-fractions", "0.3", "--calibration-repeats", "2"], "give two"),
         (["--repeats", "0"], "repeats must be at least 1"),
         (["--disturbed-retries", "-1"], "disturbed retries must be 0 or more"),
+        (["--trend", "curve"], "unknown trend 'curve'"),
     ],
 )
 def test_hop_validate_refuses_bad_calibrations(

@@ -55,14 +55,17 @@ def _md_table(md: str, heading: str) -> list[list[str]]:
     return rows
 
 
-def test_the_prediction_carries_costs_from_the_second_calibration(validated: Path) -> None:
+def test_the_prediction_pools_both_calibrations(validated: Path) -> None:
     """`hop validate` replays the calibration at 0.3 and 0.6 of the load; the
-    prediction uses both, and the report's header lists both."""
+    prediction uses both (pooled, the default trend), and the report's header lists
+    both."""
     second = validated / "calibration-0.6-1"
     summary = json.loads(
         (validated / "calibration" / "analysis" / "predictions_summary.json").read_text()
     )
     assert summary["other_runs"] == [str(second)]
+    assert summary["trend"] == "none"
+    assert json.loads((validated / "validation.json").read_text())["trend"] == "none"
     rates = [
         json.loads((validated / run / "manifest.json").read_text())["total_rate"]
         for run in ("calibration", second.name, "measurement")
@@ -195,6 +198,7 @@ def test_hop_predict_carries_costs_by_runs_at_another_rate(validated: Path, tmp_
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout)["other_runs"] == [str(measurement)]
+    assert json.loads(result.stdout)["trend"] == "line"
     rows = pq.read_table(calibration / "analysis" / "predictions.parquet").to_pandas()
     latency = rows[(rows["kind"] == "pair") & (rows["metric"] == "latency_ms")]
     assert len(latency) > 0 and (latency["predicted"] > 0).all()
