@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml scripts/system_deps.sh
 # predicted and measured; ends with the report's path and its accuracy sentence.
 demo: $(STAMP)
 	rm -rf runs/siena15
-	$(BIN)/hop validate topologies/siena15.toml --out runs/siena15 --scenario s1 --quick --repeats 3 --disturbed-retries 0
+	$(BIN)/hop validate topologies/siena15.toml --out runs/siena15 --scenario s1 --quick --repeats 2 --disturbed-retries 0
 
 # Tests that need a tool or kernel feature fail when it is missing; HOP_TEST_SKIP=netns,...
 # skips them instead (docs/testing.md).

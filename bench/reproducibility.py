@@ -13,14 +13,26 @@ over brokers), the end-to-end latency of every delivery in the measurement windo
 (mean and median), and each (publisher, subscriber) pair's mean latency. Per mode:
 each figure's median over the rounds with its range, and the run-to-run coefficient
 of variation (standard deviation over mean, across the rounds) of every pair's mean
-latency (median and worst over pairs) and of each stage's mean. Written to
-bench/results/reproducibility.json (NAME.json with --name).
+latency (median and worst over pairs) and of each stage's mean.
+
+And per mode, the *floor*: how well a perfect model could score in `hop validate`'s
+comparison on this host. The model is perfect when its prediction is what another
+replay of the same events measures; so the replays are split into two disjoint sets
+of `--repeats` (3, as `make demo` runs), one taken as the prediction (the median of
+its replays, as `hop validate` takes the median of its predictions), the other as the
+measurement (median, bootstrap 95 % interval, spread; `monitor.repeats`), in every
+way the rounds allow. Per split: the mean and worst error over pairs, and the share of
+pairs whose "prediction" lies inside the measurement's interval and within its
+spread. A target stricter than these figures cannot be met by any model on this host
+with replays of this length. Written to bench/results/reproducibility.json
+(NAME.json with --name).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import statistics
 import sys
 import tempfile
@@ -33,6 +45,7 @@ import numpy as np
 from bench.common import write_result
 from broker.local_network import REPO, on_free_ports
 from monitor.characterize import characterize
+from monitor.repeats import bootstrap_median_interval, spread_percent
 from monitor.replay import replay
 from monitor.traces import read_manifest, read_table
 from topologies import Deployment, load_case_study
@@ -74,9 +87,9 @@ def measure(
         "client_processes": sum(p["kind"] == "clients" for p in manifest["processes"]),
         "pairs_ms": {
             f"{pub}>{sub}": float(v) / 1e3
-            for (pub, sub), v in latency.groupby(
-                [in_window["publisher"], in_window["subscriber"]]
-            ).mean().items()
+            for (pub, sub), v in latency.groupby([in_window["publisher"], in_window["subscriber"]])
+            .mean()
+            .items()
         },
     }
 
@@ -101,6 +114,42 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         }
         stages = ("publish_us", "link_us", "deliver_us", "service_us", "latency_mean_us")
         out["stage_cv"] = {key: _cv([r[key] for r in runs]) for key in stages}
+    return out
+
+
+def floor(runs: list[dict[str, Any]], repeats: int) -> dict[str, Any] | None:
+    """A perfect model's scores (module doc): per split of the rounds into a
+    "prediction" set and a disjoint "measurement" set of `repeats` replays each (fewer
+    when the rounds do not allow two such sets), the mean and worst relative error over
+    pairs (percent) and the shares of pairs inside the measurement's 95 % interval and
+    within its spread; per score its median and range over the splits. None with fewer
+    than three rounds."""
+    size = min(repeats, len(runs) // 2)
+    if size < 1 or len(runs) < 3:
+        return None
+    pairs = sorted(set.intersection(*(set(r["pairs_ms"]) for r in runs)))
+    values = np.array([[r["pairs_ms"][p] for p in pairs] for r in runs])
+    scores: dict[str, list[float]] = {"mean_err_%": [], "worst_err_%": [], "inside_ci": []}
+    scores["within_spread"] = []
+    for predicting in itertools.combinations(range(len(runs)), size):
+        rest = [i for i in range(len(runs)) if i not in predicting]
+        for measuring in itertools.combinations(rest, size):
+            predicted = np.median(values[list(predicting)], axis=0)
+            measured = values[list(measuring)]
+            middle = np.median(measured, axis=0)
+            error = np.abs(predicted / middle - 1) * 100
+            inside = within = 0
+            for j in range(len(pairs)):
+                low, high = bootstrap_median_interval(measured[:, j])
+                inside += bool(low <= predicted[j] <= high)
+                within += bool(error[j] <= spread_percent(measured[:, j]))
+            scores["mean_err_%"].append(float(error.mean()))
+            scores["worst_err_%"].append(float(error.max()))
+            scores["inside_ci"].append(inside / len(pairs))
+            scores["within_spread"].append(within / len(pairs))
+    out: dict[str, Any] = {"repeats": size, "pairs": len(pairs), "splits": len(scores["inside_ci"])}
+    for key, got in scores.items():
+        out[key] = {"median": statistics.median(got), "min": min(got), "max": max(got)}
     return out
 
 
@@ -151,6 +200,28 @@ def table(result: dict[str, Any]) -> str:
         ):
             cells = [f"{100 * get(result['modes'][m]['summary']):.1f} %" for m in modes]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    floors = [result["modes"][m].get("floor") for m in modes]
+    if all(floors):
+        size = floors[0]["repeats"]
+        lines += [
+            "",
+            f"| a perfect model, median (range) over splits ({size} against {size}) | "
+            + " | ".join(LABELS[m] for m in modes)
+            + " |",
+        ]
+        lines.append("|---" * (len(modes) + 1) + "|")
+        for label, key, scale, unit in (
+            ("latency error over pairs, mean", "mean_err_%", 1, " %"),
+            ("latency error over pairs, worst", "worst_err_%", 1, " %"),
+            ("pairs inside the measurement's 95 % interval", "inside_ci", 100, " %"),
+            ("pairs within the measurement's spread", "within_spread", 100, " %"),
+        ):
+            cells = [
+                f"{scale * f[key]['median']:.1f}{unit} "
+                f"({scale * f[key]['min']:.1f}-{scale * f[key]['max']:.1f})"
+                for f in floors
+            ]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -160,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="+", choices=MODES, default=["single", "process"])
     parser.add_argument("--scenario", default="s1")
     parser.add_argument("--duration", type=float, default=20.0, help="measured seconds")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="replays on each side of the floor's comparison (hop validate --repeats)",
+    )
     parser.add_argument("--quick", action="store_true", help="2 rounds of 5 s")
     parser.add_argument("--name", default="reproducibility", help="bench/results/NAME.json")
     given = sys.argv[1:] if argv is None else argv
@@ -183,7 +260,14 @@ def main(argv: list[str] | None = None) -> int:
         "scenario": args.scenario,
         "duration_s": duration,
         "rounds": rounds,
-        "modes": {mode: {"runs": runs[mode], "summary": summary(runs[mode])} for mode in modes},
+        "modes": {
+            mode: {
+                "runs": runs[mode],
+                "summary": summary(runs[mode]),
+                "floor": floor(runs[mode], args.repeats),
+            }
+            for mode in modes
+        },
     }
     print(table(result))
     print(write_result(args.name, result))

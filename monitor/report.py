@@ -474,10 +474,14 @@ class HostLoadSummary:
                 f"Other processes used at most {OTHER_CPU_LIMIT_CORES:g} cores of the host in "
                 f"every replay{aside}."
             )
+        rows = self.table[self.table["run"].isin(bad)]
+        phases = rows[["others, warm-up (cores)", "others, measurement (cores)"]]
         return (
             f"The host was NOT quiet: in {len(bad)} of {n} replays ({', '.join(bad)}) other "
-            f"processes used more than {OTHER_CPU_LIMIT_CORES:g} cores{aside}; their "
-            "figures are disturbed."
+            f"processes used more than {OTHER_CPU_LIMIT_CORES:g} cores (up to "
+            f"{np.nanmax(phases.to_numpy()):.2f} cores in a phase, "
+            f"{np.nanmean(rows['others, measurement (cores)']):.2f} on average in those "
+            f"replays' measurement windows){aside}; their figures are disturbed."
         )
 
 

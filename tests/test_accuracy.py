@@ -346,6 +346,7 @@ def test_report_names_the_disturbed_replays() -> None:
     assert list(load.table["disturbed"]) == ["quiet", "DISTURBED"]
     sentence = load.sentence()
     assert "NOT quiet" in sentence and "(measurement)" in sentence
+    assert "up to 0.90 cores in a phase, 0.90 on average" in sentence  # by how much
     assert "1 disturbed replays were set aside" in sentence
     quiet = HostLoadSummary.of([("calibration", _manifest(0.05))])
     assert quiet is not None and "at most 0.2 cores" in quiet.sentence()
