@@ -85,6 +85,8 @@ def measure(
         "latency_p50_us": float(latency.median()),
         "deliveries": int(window.sum()),
         "client_processes": sum(p["kind"] == "clients" for p in manifest["processes"]),
+        "other_cores": manifest["host_load"]["phases"]["measure"]["other_cores"],
+        "steal_cores": manifest["host_load"]["phases"]["measure"]["steal_cores"],
         "pairs_ms": {
             f"{pub}>{sub}": float(v) / 1e3
             for (pub, sub), v in latency.groupby([in_window["publisher"], in_window["subscriber"]])

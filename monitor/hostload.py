@@ -3,7 +3,8 @@
 A replay's latencies move with whatever else the host runs. To say whether a run was
 measured on a quiet host, a sampler thread in the replay reads, every
 `SAMPLE_INTERVAL_S`, the host's busy CPU time (``/proc/stat``: user, nice, system,
-irq, softirq, steal) and the CPU time of the run's own processes: the replay process
+irq, softirq, steal; steal, the time the hypervisor gave the cores to other machines,
+also on its own) and the CPU time of the run's own processes: the replay process
 and every process descended from it (brokers, their trace writers, client processes),
 each with its reaped children (``/proc/PID/stat`` utime + stime + cutime + cstime).
 The other processes' share is the difference. Both are cumulative counters, read at
@@ -48,14 +49,16 @@ class Sample:
     t_ns: int
     host_busy_s: float
     run_s: float
+    steal_s: float = 0.0  # of host_busy_s: the hypervisor ran something else
 
 
-def host_busy_seconds(proc: Path = PROC) -> float:
-    """CPU seconds the host's cores have been busy since boot (all processes)."""
+def host_busy_seconds(proc: Path = PROC) -> tuple[float, float]:
+    """CPU seconds the host's cores have been busy since boot (all processes, and the
+    time a hypervisor took the cores away), and of these the stolen ones."""
     fields = (proc / "stat").read_text().split("\n", 1)[0].split()[1:]
     ticks = [int(x) for x in fields]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (ticks + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq + steal) * TICK_S
+    return (user + nice + system + irq + softirq + steal) * TICK_S, steal * TICK_S
 
 
 def _stat_fields(path: str) -> list[bytes] | None:
@@ -93,7 +96,8 @@ def tree_cpu_seconds(root: int, proc: Path = PROC) -> float:
 
 
 def take_sample(root: int) -> Sample:
-    return Sample(time.time_ns(), host_busy_seconds(), tree_cpu_seconds(root))
+    busy, steal = host_busy_seconds()
+    return Sample(time.time_ns(), busy, tree_cpu_seconds(root), steal)
 
 
 class HostLoad:
@@ -147,6 +151,7 @@ def phase_cores(samples: list[Sample], start_ns: int, end_ns: int) -> dict[str, 
         "host_cores": round(host, 3),
         "run_cores": round(run, 3),
         "other_cores": round(max(host - run, 0.0), 3),
+        "steal_cores": round(used([s.steal_s for s in samples]), 3),
     }
 
 

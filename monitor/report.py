@@ -451,6 +451,9 @@ class HostLoadSummary:
                     "run": name,
                     "others, warm-up (cores)": other("warmup"),
                     "others, measurement (cores)": other("measure"),
+                    "of which steal (cores)": (phases.get("measure") or {}).get(
+                        "steal_cores", np.nan
+                    ),
                     "run itself, measurement (cores)": (phases.get("measure") or {}).get(
                         "run_cores", np.nan
                     ),
@@ -521,9 +524,10 @@ def build_sections(
             Section(
                 "Other load on the host",
                 "Cores used on average by processes outside each replay (the host's busy "
-                "CPU from /proc/stat minus the replay's own processes); a replay is marked "
-                f"disturbed above {OTHER_CPU_LIMIT_CORES:g} cores in its warm-up or "
-                "measurement."
+                "CPU from /proc/stat minus the replay's own processes), and of these the "
+                "time the hypervisor gave the cores to other machines (steal; blank where "
+                "the replay did not record it); a replay is marked disturbed above "
+                f"{OTHER_CPU_LIMIT_CORES:g} cores in its warm-up or measurement."
                 + (
                     f" Set aside and run again: {', '.join(load.set_aside)}."
                     if load.set_aside

@@ -315,7 +315,7 @@ def test_one_measurement_gives_no_verdict() -> None:
 
 def _manifest(other: float) -> dict[str, Any]:
     t0 = 1_000_000_000_000
-    samples = [Sample(t0, 0.0, 0.0), Sample(t0 + 10**10, 10 * (0.5 + other), 5.0)]
+    samples = [Sample(t0, 0.0, 0.0), Sample(t0 + 10**10, 10 * (0.5 + other), 5.0, 0.1)]
     bounds = {"warmup": (t0, t0 + 2 * 10**9), "measure": (t0 + 2 * 10**9, t0 + 10**10)}
     return {"host_load": host_load(samples, bounds)}
 
@@ -327,6 +327,7 @@ def test_host_load_from_samples_and_the_disturbed_mark() -> None:
         "host_cores": pytest.approx(0.55),
         "run_cores": pytest.approx(0.5),
         "other_cores": pytest.approx(0.05),
+        "steal_cores": pytest.approx(0.01),
     }
     assert quiet["disturbed"] is False and busy["disturbed"] is True
     assert busy["phases"]["warmup"]["other_cores"] == pytest.approx(0.8)
