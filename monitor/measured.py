@@ -12,15 +12,22 @@ from monitor.traces import read_manifest, read_table
 
 
 def in_window(run_dir: Path) -> tuple[pd.Series, pd.DataFrame]:
-    """Per broker, the hops that arrived in the window per second; and the deliveries
-    of the events published in the window (`publisher`, `subscriber`, `latency_ms`)."""
+    """Per broker, the hops of the events published in the window, per second of it;
+    and the deliveries of those events (`publisher`, `subscriber`, `latency_ms`). The
+    window is [measure_start_ns, measure_end_ns), and events count by their
+    publication time, as in the Spark analysis (`monitor.analysis.queries.in_window`):
+    an event published just before the window's end counts at every broker it
+    reaches, one published just before its start at none."""
     phases = read_manifest(run_dir)["phases"]
     lo, hi = phases["measure_start_ns"], phases["measure_end_ns"]
-    hops = read_table(run_dir, "hops").table.select(["broker", "t_arrival_ns"]).to_pandas()
-    hops = hops[hops["t_arrival_ns"].between(lo, hi)]
+    published = read_table(run_dir, "publications").table.select(["event_id", "t_publish_ns"])
+    published = published.to_pandas()
+    events = published.loc[published["t_publish_ns"].ge(lo) & published["t_publish_ns"].lt(hi)]
+    hops = read_table(run_dir, "hops").table.select(["broker", "event_id"]).to_pandas()
+    hops = hops[hops["event_id"].isin(events["event_id"])]
     throughput = hops.groupby("broker").size() / ((hi - lo) / 1e9)
     dels = read_table(run_dir, "deliveries").table.to_pandas()
-    dels = dels[dels["t_publish_ns"].between(lo, hi)]
+    dels = dels[dels["t_publish_ns"].ge(lo) & dels["t_publish_ns"].lt(hi)]
     latency = pd.DataFrame(
         {
             "publisher": dels["publisher"],
