@@ -4,7 +4,8 @@ process (`clients = "single"`, how replays ran before), one process per home bro
 (`"broker"`), each client in a process of its own (`"process"`, the default).
 
     python -m bench.reproducibility [--rounds 5] [--modes single process]
-        [--scenario s1] [--duration 20] [--quick] [--name NAME]
+        [--scenario s1] [--duration 20] [--repeats 3] [--quick] [--name NAME]
+    python -m bench.reproducibility --summarize bench/results/NAME.json
 
 Per replay: the mean of each stage of an event's path from the traces
 (`monitor.characterize`: publish = client to home broker, link = broker to broker,
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import json
 import statistics
 import sys
 import tempfile
@@ -123,16 +125,17 @@ def floor(runs: list[dict[str, Any]], repeats: int) -> dict[str, Any] | None:
     """A perfect model's scores (module doc): per split of the rounds into a
     "prediction" set and a disjoint "measurement" set of `repeats` replays each (fewer
     when the rounds do not allow two such sets), the mean and worst relative error over
-    pairs (percent) and the shares of pairs inside the measurement's 95 % interval and
-    within its spread; per score its median and range over the splits. None with fewer
-    than three rounds."""
+    pairs (percent), the shares of pairs inside the measurement's 95 % interval and
+    within its spread, and the measurement's mean spread over pairs (percent, as
+    `hop validate`'s report gives it); per score its median and range over the splits.
+    None with fewer than three rounds."""
     size = min(repeats, len(runs) // 2)
     if size < 1 or len(runs) < 3:
         return None
     pairs = sorted(set.intersection(*(set(r["pairs_ms"]) for r in runs)))
     values = np.array([[r["pairs_ms"][p] for p in pairs] for r in runs])
     scores: dict[str, list[float]] = {"mean_err_%": [], "worst_err_%": [], "inside_ci": []}
-    scores["within_spread"] = []
+    scores["within_spread"], scores["mean_spread_%"] = [], []
     for predicting in itertools.combinations(range(len(runs)), size):
         rest = [i for i in range(len(runs)) if i not in predicting]
         for measuring in itertools.combinations(rest, size):
@@ -141,10 +144,12 @@ def floor(runs: list[dict[str, Any]], repeats: int) -> dict[str, Any] | None:
             middle = np.median(measured, axis=0)
             error = np.abs(predicted / middle - 1) * 100
             inside = within = 0
+            spreads = [spread_percent(measured[:, j]) for j in range(len(pairs))]
             for j in range(len(pairs)):
                 low, high = bootstrap_median_interval(measured[:, j])
                 inside += bool(low <= predicted[j] <= high)
-                within += bool(error[j] <= spread_percent(measured[:, j]))
+                within += bool(error[j] <= spreads[j])
+            scores["mean_spread_%"].append(float(np.mean(spreads)))
             scores["mean_err_%"].append(float(error.mean()))
             scores["worst_err_%"].append(float(error.max()))
             scores["inside_ci"].append(inside / len(pairs))
@@ -217,6 +222,7 @@ def table(result: dict[str, Any]) -> str:
             ("latency error over pairs, worst", "worst_err_%", 1, " %"),
             ("pairs inside the measurement's 95 % interval", "inside_ci", 100, " %"),
             ("pairs within the measurement's spread", "within_spread", 100, " %"),
+            ("the measurement's spread, mean over pairs", "mean_spread_%", 1, " %"),
         ):
             cells = [
                 f"{scale * f[key]['median']:.1f}{unit} "
@@ -225,6 +231,18 @@ def table(result: dict[str, Any]) -> str:
             ]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def summarize_again(path: Path, repeats: int) -> int:
+    """Rewrite the summaries and floor of the result file `path` from its replays (as
+    the summaries grow: the replays are the measurement); print its tables."""
+    result = json.loads(path.read_text())
+    for mode in result["modes"].values():
+        mode["summary"] = summary(mode["runs"])
+        mode["floor"] = floor(mode["runs"], repeats)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(table(result))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,8 +259,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="2 rounds of 5 s")
     parser.add_argument("--name", default="reproducibility", help="bench/results/NAME.json")
+    parser.add_argument(
+        "--summarize",
+        type=Path,
+        metavar="RESULT",
+        help="compute RESULT's summaries and floor again from its replays (no replay is run)",
+    )
     given = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(given)
+    if args.summarize:
+        return summarize_again(args.summarize, args.repeats)
     rounds, duration = (2, 5.0) if args.quick else (args.rounds, args.duration)
     modes = tuple(args.modes)
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
