@@ -47,9 +47,10 @@ import numpy as np
 from bench.common import write_result
 from broker.local_network import REPO, on_free_ports
 from monitor.characterize import characterize
+from monitor.measured import in_window
 from monitor.repeats import bootstrap_median_interval, spread_percent
 from monitor.replay import replay
-from monitor.traces import read_manifest, read_table
+from monitor.traces import read_manifest
 from topologies import Deployment, load_case_study
 from topologies.generators import to_toml
 
@@ -71,13 +72,8 @@ def measure(
     stages = char.stage_means_us()
     service = [v for k, v in stages.items() if k.startswith("service ")]
     manifest = read_manifest(run)
-    phases = manifest["phases"]
-    deliveries = read_table(run, "deliveries").table.to_pandas()
-    window = deliveries["t_publish_ns"].between(
-        phases["measure_start_ns"], phases["measure_end_ns"]
-    )
-    in_window = deliveries.loc[window]
-    latency = (in_window["t_deliver_ns"] - in_window["t_publish_ns"]) / 1e3
+    _, deliveries = in_window(run)
+    latency = deliveries["latency_ms"] * 1e3  # us
     return {
         "publish_us": stages["publish"],
         "link_us": stages["link"],
@@ -85,13 +81,13 @@ def measure(
         "service_us": float(np.mean(service)),
         "latency_mean_us": float(latency.mean()),
         "latency_p50_us": float(latency.median()),
-        "deliveries": int(window.sum()),
+        "deliveries": len(deliveries),
         "client_processes": sum(p["kind"] == "clients" for p in manifest["processes"]),
         "other_cores": manifest["host_load"]["phases"]["measure"]["other_cores"],
         "steal_cores": manifest["host_load"]["phases"]["measure"]["steal_cores"],
         "pairs_ms": {
-            f"{pub}>{sub}": float(v) / 1e3
-            for (pub, sub), v in latency.groupby([in_window["publisher"], in_window["subscriber"]])
+            f"{pub}>{sub}": float(v)
+            for (pub, sub), v in deliveries.groupby(["publisher", "subscriber"])["latency_ms"]
             .mean()
             .items()
         },

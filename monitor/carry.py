@@ -137,6 +137,12 @@ def _check(runs: Sequence[Characterization], target_rate: float) -> None:
         raise InputError(f"the target rate must be positive, not {target_rate}")
 
 
+def check_trend(trend: str) -> None:
+    """InputError unless `trend` is one of `TRENDS`."""
+    if trend not in TRENDS:
+        raise InputError(f"unknown trend {trend!r}; use one of {TRENDS}")
+
+
 def carried(
     runs: Sequence[Characterization], target_rate: float, trend: str = "line"
 ) -> Characterization:
@@ -146,8 +152,7 @@ def carried(
     rate nearest the target (in log terms), scaled so that each stage's mean is on the
     stage's line in the host's busy share at the target's busy share; with "none",
     every run's samples pooled as they are. CPU figures follow their lines in both."""
-    if trend not in TRENDS:
-        raise InputError(f"unknown trend {trend!r}; use one of {TRENDS}")
+    check_trend(trend)
     _check(runs, target_rate)
     reference = runs[0]
     groups = rate_groups(runs)

@@ -442,21 +442,17 @@ class HostLoadSummary:
                 continue
             phases = load.get("phases") or {}
 
-            def other(phase: str, phases: dict[str, Any] = phases) -> float:
-                return (phases.get(phase) or {}).get("other_cores", np.nan)
+            def cores(phase: str, key: str, phases: dict[str, Any] = phases) -> float:
+                return (phases.get(phase) or {}).get(key, np.nan)
 
             verdict = load.get("disturbed")
             rows.append(
                 {
                     "run": name,
-                    "others, warm-up (cores)": other("warmup"),
-                    "others, measurement (cores)": other("measure"),
-                    "of which steal (cores)": (phases.get("measure") or {}).get(
-                        "steal_cores", np.nan
-                    ),
-                    "run itself, measurement (cores)": (phases.get("measure") or {}).get(
-                        "run_cores", np.nan
-                    ),
+                    "others, warm-up (cores)": cores("warmup", "other_cores"),
+                    "others, measurement (cores)": cores("measure", "other_cores"),
+                    "of which steal (cores)": cores("measure", "steal_cores"),
+                    "run itself, measurement (cores)": cores("measure", "run_cores"),
                     "disturbed": {True: "DISTURBED", False: "quiet", None: "not judged"}[verdict],
                 }
             )

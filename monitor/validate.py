@@ -116,10 +116,9 @@ def _check(
     disturbed_retries: int,
     trend: str,
 ) -> None:
-    from monitor.carry import TRENDS
+    from monitor.carry import check_trend
 
-    if trend not in TRENDS:
-        raise InputError(f"unknown trend {trend!r}; use one of {TRENDS}")
+    check_trend(trend)
     if not calibration_fractions or not all(0 < f <= 1 for f in calibration_fractions):
         raise InputError(
             f"calibration fractions must be in (0, 1], got {list(calibration_fractions)}"
