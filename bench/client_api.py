@@ -13,8 +13,13 @@ on the wire (a hop Publish frame; an MQTT PUBLISH packet of QoS 0). Systems:
 
 * ``hop-trio``: ``hop broker`` and ``client.open_client``: ``await c.publish(event)``
   in a loop, ``await sub.next_batch()``;
+* ``hop-trio-handler``: the same, but the subscriber hands each delivery to a handler
+  (``await c.subscribe(filter, handler=...)``), as gmqtt's and paho's ``on_message``;
 * ``hop-blocking``: the same broker and ``client.Client``: ``c.publish(event)`` in a
   loop, ``sub.next_delivery()``;
+* ``hop-blocking-handler``: the same, but the subscriber's deliveries go to a handler
+  in the client's I/O thread (``c.subscribe(filter, handler=...)``), as paho's
+  ``on_message`` runs in its network thread;
 * ``mosquitto-gmqtt``: Mosquitto and gmqtt (asyncio): ``client.publish(topic,
   payload)`` in a loop, an ``on_message`` callback;
 * ``mosquitto-paho``: Mosquitto and paho-mqtt (its network thread, ``loop_start``):
@@ -50,6 +55,7 @@ import select
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack, suppress
@@ -71,7 +77,14 @@ from bench.throughput import (
     subscribe_all,
 )
 
-SYSTEMS = ("hop-trio", "hop-blocking", "mosquitto-gmqtt", "mosquitto-paho")
+SYSTEMS = (
+    "hop-trio",
+    "hop-trio-handler",
+    "hop-blocking",
+    "hop-blocking-handler",
+    "mosquitto-gmqtt",
+    "mosquitto-paho",
+)
 FANOUTS = (1, 4)
 LOW_RATE = 500.0
 FRAME_BYTES = 150
@@ -225,6 +238,26 @@ async def _trio_sub(job: Job) -> dict[str, Any]:
     return tally.result()
 
 
+async def _trio_handler_sub(job: Job) -> dict[str, Any]:
+    import client
+
+    tally = Tally(job.count, job.rate > 0)
+    async with client.open_client(HOST, job.port, name=job.name) as c:
+        done = trio.Event()
+
+        def handler(delivery: client.Delivery) -> None:
+            if tally.took([delivery.attributes]):
+                done.set()
+
+        await c.subscribe(MATCHING_FILTER, handler=handler)
+        _ready(tally)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watchdog, tally, nursery.cancel_scope)
+            await done.wait()
+            nursery.cancel_scope.cancel()
+    return tally.result()
+
+
 async def _watchdog(tally: Tally, scope: trio.CancelScope) -> None:
     """Cancel ``scope`` once the subscriber heard nothing for QUIET_S (events lost) or
     after RUN_TIMEOUT_S."""
@@ -283,6 +316,27 @@ def _blocking_sub(job: Job) -> dict[str, Any]:
                 break
             if tally.took([delivery.attributes]):
                 break
+    return tally.result()
+
+
+def _blocking_handler_sub(job: Job) -> dict[str, Any]:
+    import client
+
+    tally = Tally(job.count, job.rate > 0)
+    done = threading.Event()
+    last = [time.monotonic()]
+
+    def handler(delivery: client.Delivery) -> None:
+        last[0] = time.monotonic()
+        if tally.took([delivery.attributes]):
+            done.set()
+
+    with client.Client.connect(HOST, job.port, name=job.name) as c:
+        c.subscribe(MATCHING_FILTER, handler=handler)
+        _ready(tally)
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not done.wait(0.5) and time.monotonic() < min(deadline, last[0] + QUIET_S):
+            pass
     return tally.result()
 
 
@@ -381,8 +435,6 @@ def _paho_pub(job: Job) -> dict[str, Any]:
 
 
 def _paho_sub(job: Job) -> dict[str, Any]:
-    import threading
-
     tally = Tally(job.count, job.rate > 0)
     done, subscribed = threading.Event(), threading.Event()
     last = [time.monotonic()]
@@ -412,8 +464,12 @@ _WORKERS: dict[tuple[str, str], Callable[[Job], Any]] = {
     ("pub", "trio"): lambda job: trio.run(_trio_pub, job),
     ("sub", "trio"): lambda job: trio.run(_trio_sub, job),
     ("filler", "trio"): lambda job: trio.run(_trio_filler, job),
+    ("pub", "trio-handler"): lambda job: trio.run(_trio_pub, job),
+    ("sub", "trio-handler"): lambda job: trio.run(_trio_handler_sub, job),
     ("pub", "blocking"): _blocking_pub,
     ("sub", "blocking"): _blocking_sub,
+    ("pub", "blocking-handler"): _blocking_pub,
+    ("sub", "blocking-handler"): _blocking_handler_sub,
     ("filler", "mqtt"): lambda job: trio.run(_mqtt_filler, job),
     ("pub", "gmqtt"): lambda job: asyncio.run(_gmqtt_pub(job)),
     ("sub", "gmqtt"): lambda job: asyncio.run(_gmqtt_sub(job)),

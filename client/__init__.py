@@ -18,6 +18,10 @@ Trio::
         async for event in sub:
             ...
 
+``subscribe(filter, handler=fn)`` hands each delivery to ``fn(delivery)`` in the
+client's I/O task (trio) or I/O thread (blocking) instead of a queue, as gmqtt's and
+paho-mqtt's ``on_message`` do.
+
 ``subscribe`` returns once the subscription is in force everywhere; ``publish``
 returns once the event is handed to the connection, and ``flush`` waits until the
 broker has accepted everything published before. ``publish_many(events)`` publishes

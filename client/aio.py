@@ -324,7 +324,9 @@ class AsyncSubscription:
 
     The queue is unbounded, so a slow consumer never blocks the connection: the
     application must consume what it subscribes to. A reconnecting client keeps its
-    subscriptions across connections: they end only when the client is closed.
+    subscriptions across connections: they end only when the client is closed. A
+    subscription made with a handler (``AsyncClient.subscribe``) queues nothing: each
+    delivery goes to the handler.
     """
 
     def __init__(self, client: "AsyncClient", sub_id: int, filter: Filter) -> None:
@@ -338,7 +340,8 @@ class AsyncSubscription:
         self._active = True
         self._end: ConnectionLost | None = None  # why it ended; None: unsubscribed
         self._acked = False  # the broker acknowledged it once: resubscribe on reconnect
-        self._sink: Callable[[Delivery | None], None] | None = None  # see `_hand_off`
+        self._handler: Callable[[Delivery], object] | None = None  # see `_hand_off`
+        self._on_end: Callable[[], object] | None = None
 
     def __repr__(self) -> str:
         return f"<AsyncSubscription {self.id} {str(self.filter)!r}>"
@@ -361,6 +364,8 @@ class AsyncSubscription:
         while not queue:
             if not self._active:
                 raise self._ended()
+            if self._handler is not None:
+                raise self._handled()
             await self._arrived.park()
         d = queue.popleft()
         return d
@@ -372,6 +377,8 @@ class AsyncSubscription:
             while not queue:
                 if not self._active:
                     raise self._ended()
+                if self._handler is not None:
+                    raise self._handled()
                 await self._arrived.park()
         else:  # a checkpoint all the same
             await trio.lowlevel.checkpoint_if_cancelled()
@@ -393,17 +400,21 @@ class AsyncSubscription:
         except (SubscriptionClosed, ClientClosed):
             raise StopAsyncIteration from None
 
-    def _hand_off(self, sink: Callable[[Delivery | None], None]) -> None:
-        """From now on, give each delivery to ``sink`` (in the I/O task, without
-        waiting) instead of queuing it, and None once the subscription ends; what is
-        queued goes first. For a consumer in another thread (`client.blocking`)."""
+    def _hand_off(
+        self, handler: Callable[[Delivery], object], on_end: Callable[[], object] | None = None
+    ) -> None:
+        """From now on, give each delivery to ``handler`` (in the I/O task, as it is
+        decoded, without waiting) instead of queuing it, and call ``on_end`` once the
+        subscription ends; what is queued goes first. For ``subscribe(..., handler=)``
+        and for a consumer in another thread (`client.blocking`)."""
         while self._queue:
-            sink(self._queue.popleft())
+            handler(self._queue.popleft())
         if not self._active:
-            sink(None)
+            if on_end is not None:
+                on_end()
             return
-        self._sink = sink
-        self._put = sink  # type: ignore[method-assign]  # the I/O task's call, direct
+        self._handler, self._on_end = handler, on_end
+        self._put = handler  # type: ignore[method-assign]  # the I/O task's call, direct
 
     def _put(self, delivery: Delivery) -> None:
         if self._active:
@@ -417,8 +428,11 @@ class AsyncSubscription:
             self._active = False
             self._end = error
             self._arrived.unpark_all()
-            if self._sink is not None:
-                self._sink(None)
+            if self._on_end is not None:
+                self._on_end()
+
+    def _handled(self) -> ClientError:
+        return ClientError(f"subscription {self.id} hands its deliveries to its handler")
 
     def _ended(self) -> ClientError:
         if self._end is None:
@@ -508,13 +522,27 @@ class AsyncClient:
 
     # --- public API --------------------------------------------------------------------
 
-    async def subscribe(self, filter: str | Filter) -> AsyncSubscription:
+    async def subscribe(
+        self, filter: str | Filter, handler: Callable[[Delivery], object] | None = None
+    ) -> AsyncSubscription:
         """Subscribe to events matching ``filter`` (text or a ``routing.Filter``); return
         once the broker acknowledged it, i.e. it is in force everywhere in the network.
 
         Bad filter text raises ``routing.FilterSyntaxError`` before anything is sent. If
         the call is cancelled while waiting for the acknowledgement, the broker may keep
         the subscription; what it delivers for it is ignored.
+
+        With ``handler`` (what gmqtt's and paho-mqtt's ``on_message`` are), each delivery
+        is handed to ``handler(delivery)`` instead of the subscription's queue: in order,
+        those that came before the acknowledgement from within ``subscribe``, then each
+        in the client's I/O task as it is decoded, without a trip through the scheduler
+        (lower latency at low rates than ``next_batch``; docs/performance.md). The
+        handler must not block: the connection waits for it. It gets nothing more once
+        unsubscribed or the connection ends (``active`` says which); ``next`` and the
+        other ways of taking deliveries raise ``ClientError``. An exception it raises
+        propagates: out of ``subscribe`` for a delivery handed over there, otherwise out
+        of the I/O task, which ends the client and leaves ``open_client``'s block with
+        that exception (as an exception in any task of a nursery does).
         """
         parsed = _as_filter(filter)
         sub = AsyncSubscription(self, next(self._sub_ids), parsed)
@@ -524,6 +552,8 @@ class AsyncClient:
         except BaseException:
             self._drop(sub)
             raise
+        if handler is not None:
+            sub._hand_off(handler)
         return sub
 
     async def _subscribe(self, sub: AsyncSubscription) -> None:
@@ -807,6 +837,10 @@ class AsyncClient:
                     if not self._reconnecting():
                         return
                     await self._reconnect()
+        except Exception as exc:  # a handler's (`subscribe`): it ends the client
+            cause = (_sole_exception(exc) if isinstance(exc, BaseExceptionGroup) else exc) or exc
+            self._fail(_lost(f"the client's I/O task failed: {cause!r}", cause))
+            raise
         finally:
             self._fail(ConnectionLost("the connection's I/O task ended"))
             await trio.aclose_forcefully(self._stream)

@@ -18,7 +18,8 @@ client costs beyond the trio client, so it is kept off the way of each event:
   are the trio client's.
 * a subscription's deliveries go from the trio client's I/O task straight into a
   thread-safe queue (``queue.SimpleQueue``) that ``next`` takes from, without
-  waking the trio thread.
+  waking the trio thread; or, for a subscription with a handler, to the handler,
+  called in the trio thread (no hand-off at all).
 
 Every other call marshals one call into the trio thread with ``trio.from_thread.run``
 and blocks until it is done, so exceptions raised there reach the caller with their
@@ -31,6 +32,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, suppress
+from functools import partial
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -79,13 +81,18 @@ class _Feeder:
         self._came = trio.lowlevel.ParkingLot()  # the feeder task waits here
         self._idle = trio.lowlevel.ParkingLot()  # `drained` waits here
         self._last_ns = 0  # time.monotonic_ns() of the last hand-over
+        self._trio_thread = threading.get_ident()  # (made there, by `_serve`)
 
     def put(self, frames: list[bytes]) -> None:
-        """Queue ``frames`` (in the caller's thread); wait while OUTGOING_FRAMES wait."""
+        """Queue ``frames`` (in the caller's thread); wait while OUTGOING_FRAMES wait,
+        except in the trio thread (a subscription's handler), which cannot wait for
+        itself to take them."""
         with self._lock:
             while True:
                 self._raise_error()
                 if not self._frames or len(self._frames) + len(frames) <= OUTGOING_FRAMES:
+                    break
+                if threading.get_ident() == self._trio_thread:
                     break
                 self._taken.wait()
             self._frames += frames
@@ -196,6 +203,15 @@ async def _serve(
             nursery.cancel_scope.cancel()
 
 
+def _io_thread(errors: list[BaseException], *args: Any) -> None:
+    """The client's I/O thread: `_serve` with ``args``; an exception that ends it (a
+    subscription handler's) goes to ``errors`` for ``Client.close`` to raise."""
+    try:
+        trio.run(_serve, *args)
+    except BaseException as exc:
+        errors.append(exc)
+
+
 class Client:
     """A blocking client connected to one broker; get one from ``Client.connect``."""
 
@@ -206,9 +222,12 @@ class Client:
         stop: trio.Event,
         feeder: _Feeder,
         thread: threading.Thread,
+        errors: list[BaseException],
     ) -> None:
-        """Wrap a trio client running in ``thread``; ``Client.connect`` builds this."""
+        """Wrap a trio client running in ``thread``, which puts into ``errors`` what ended
+        it; ``Client.connect`` builds this."""
         self._aclient = aclient
+        self._errors = errors
         self._token = token
         self._stop = stop
         self._feeder = feeder
@@ -238,10 +257,11 @@ class Client:
         the TCP connection fails, ``TimeoutError`` after ``timeout`` seconds.
         """
         ready: queue.SimpleQueue[_Ready] = queue.SimpleQueue()
+        errors: list[BaseException] = []
         thread = threading.Thread(
-            target=trio.run,
+            target=_io_thread,
             args=(
-                _serve,
+                errors,
                 ready,
                 host,
                 port,
@@ -261,7 +281,7 @@ class Client:
         if isinstance(result, BaseException):
             thread.join()
             raise result
-        return cls(*result, thread)
+        return cls(*result, thread, errors)
 
     @property
     def name(self) -> str:
@@ -287,23 +307,42 @@ class Client:
         try:
             return trio.from_thread.run(afn, *args, trio_token=self._token)
         except (trio.RunFinishedError, trio.Cancelled):
+            failure = self._aclient._failure
+            if failure is not None and not isinstance(failure, ClientClosed):
+                raise _copy(failure) from None  # what ended the trio thread
             raise ClientClosed("the client is closed") from None
 
-    def subscribe(self, filter: str | Filter) -> "Subscription":
+    def subscribe(
+        self, filter: str | Filter, handler: Callable[[Delivery], object] | None = None
+    ) -> "Subscription":
         """Subscribe to events matching ``filter`` (text or a ``routing.Filter``); return
         once the subscription is in force everywhere. Bad filter text raises
-        ``routing.FilterSyntaxError`` before anything is sent."""
+        ``routing.FilterSyntaxError`` before anything is sent.
+
+        With ``handler`` (paho-mqtt's ``on_message``), each delivery is handed to
+        ``handler(delivery)`` in the client's I/O thread as it is decoded, in order,
+        instead of the subscription's queue (no hand-off to the caller's thread: lower
+        latency). The handler must return quickly: the connection waits for it. It may
+        ``publish`` (which never waits there); any other call of this client raises
+        RuntimeError in it. Taking from the subscription (``next`` ...) raises
+        ``ClientError``. An exception it raises ends the client: later calls raise
+        ``ConnectionLost`` naming it, and ``close`` (the ``with`` block's end) raises it."""
         parsed = parse_filter(filter) if isinstance(filter, str) else filter
         deliveries: queue.SimpleQueue[Delivery | None] = queue.SimpleQueue()
-        return Subscription(self, self._call(self._subscribe, parsed, deliveries), deliveries)
+        inner = self._call(self._subscribe, parsed, deliveries, handler)
+        return Subscription(self, inner, deliveries, handled=handler is not None)
 
     async def _subscribe(
-        self, filter: Filter, deliveries: "queue.SimpleQueue[Delivery | None]"
+        self,
+        filter: Filter,
+        deliveries: "queue.SimpleQueue[Delivery | None]",
+        handler: Callable[[Delivery], object] | None,
     ) -> AsyncSubscription:
-        """In the trio thread: subscribe, then hand the deliveries to ``deliveries``
-        (none is missed: nothing runs in between)."""
+        """In the trio thread: subscribe, then hand the deliveries to ``handler``, or else
+        to ``deliveries`` (none is missed: nothing runs in between); the end (None) goes
+        to ``deliveries`` either way."""
         inner = await self._aclient.subscribe(filter)
-        inner._hand_off(deliveries.put)
+        inner._hand_off(handler or deliveries.put, partial(deliveries.put, None))
         return inner
 
     def unsubscribe(self, subscription: "Subscription") -> None:
@@ -367,6 +406,8 @@ class Client:
             with suppress(trio.RunFinishedError):  # the run is ending on its own
                 trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
             self._thread.join()
+        if self._errors:  # a handler's exception, raised once
+            raise self._errors.pop()
 
 
 class Subscription:
@@ -384,10 +425,12 @@ class Subscription:
         client: Client,
         inner: AsyncSubscription,
         deliveries: "queue.SimpleQueue[Delivery | None]",
+        handled: bool = False,
     ) -> None:
         self._client = client
         self._inner = inner
         self._deliveries = deliveries  # filled by the trio client's I/O task; None: ended
+        self._handled = handled  # its deliveries go to a handler (`Client.subscribe`)
 
     @property
     def id(self) -> int:
@@ -411,6 +454,8 @@ class Subscription:
         """
         if self._client._closed:
             raise ClientClosed("the client is closed")
+        if self._handled:
+            raise self._inner._handled()
         try:
             delivery = self._deliveries.get(timeout=timeout)
         except queue.Empty:

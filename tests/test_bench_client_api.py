@@ -73,9 +73,10 @@ def test_medians_targets_and_table() -> None:
 @pytest.mark.integration
 def test_a_short_run_of_our_clients_in_their_own_processes(tmp_path: Path) -> None:
     settings = client_api.Settings(repeats=1, events=300, latency_s=0.2)
-    result = client_api.run(["hop-trio", "hop-blocking"], settings, tmp_path)
+    ours = ["hop-trio", "hop-trio-handler", "hop-blocking", "hop-blocking-handler"]
+    result = client_api.run(ours, settings, tmp_path)
     assert result["errors"] == {}
-    for name in ("hop-trio", "hop-blocking"):
+    for name in ours:
         system = result["systems"][name]
         for key in ("fanout1", "fanout4", "latency_500"):
             assert system[key]["lost"] == 0 and system[key]["events_per_s"] > 0

@@ -104,6 +104,7 @@ class FakeBroker:
         self.flush_seen = trio.Event()
         self.stall = False
         self.read_gate: trio.Event | None = None
+        self.early: dict[str, Any] | None = None  # deliver this event before each SubAck
         self.token: trio.lowlevel.TrioToken | None = None
 
     async def start(self, nursery: trio.Nursery) -> None:
@@ -146,6 +147,8 @@ class FakeBroker:
                     await self.read_gate.wait()
             case Subscribe(sub_id=sub_id, filter=wire):
                 link.subs[sub_id] = Filter.from_wire(wire)
+                if self.early is not None:
+                    await link.send(Deliver([sub_id], "early:1", "early", self.early, [], 0))
                 await link.send(SubAck(sub_id))
             case Unsubscribe(sub_id=sub_id):
                 link.subs.pop(sub_id, None)
@@ -573,6 +576,63 @@ async def test_closing_the_client_ends_iteration_quietly(broker: FakeBroker) -> 
     assert got == [{"family": 7}]
 
 
+@pytest.mark.trio
+async def test_a_handler_gets_every_delivery_in_order_in_the_io_task(broker: FakeBroker) -> None:
+    """What came before the SubAck from within subscribe, the rest from the I/O task as
+    it is decoded; none queued, and nothing once unsubscribed."""
+    broker.early = {"family": 7, "n": 0}
+    got: list[tuple[int, bool]] = []
+    me = trio.lowlevel.current_task()
+
+    def handler(delivery: client.Delivery) -> None:
+        got.append((delivery.attributes["n"], trio.lowlevel.current_task() is me))
+
+    async with connect(broker) as c:
+        sub = await c.subscribe("family = 7", handler=handler)
+        assert got == [(0, True)]  # handed over by subscribe itself
+        for n in range(1, 6):
+            await c.publish({"family": 7, "n": n})
+        await c.flush()
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == [(0, True)] + [(n, False) for n in range(1, 6)]
+        assert not sub._queue
+        await c.unsubscribe(sub)
+        assert not sub.active
+        await c.publish({"family": 7, "n": 6})
+        await c.flush()
+        await trio.testing.wait_all_tasks_blocked()
+    assert [n for n, _ in got] == [0, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.trio
+async def test_a_handlers_subscription_refuses_to_be_taken_from(broker: FakeBroker) -> None:
+    async with connect(broker) as c:
+        sub = await c.subscribe("family = 7", handler=lambda delivery: None)
+        for take in (sub.next, sub.next_delivery, sub.next_batch, sub.__anext__):
+            with pytest.raises(client.ClientError, match="hands its deliveries to its handler"):
+                await take()
+
+
+@pytest.mark.trio
+async def test_a_handlers_exception_ends_the_client_and_leaves_the_block(
+    broker: FakeBroker,
+) -> None:
+    def handler(delivery: client.Delivery) -> None:
+        raise LookupError(f"cannot handle {delivery.event_id}")
+
+    other: client.AsyncSubscription | None = None
+    with pytest.raises(LookupError, match="cannot handle c1:1"):
+        async with connect(broker) as c:
+            other = await c.subscribe("family = 7")
+            await c.subscribe("family = 7", handler=handler)
+            await c.publish({"family": 7})
+            await trio.sleep_forever()  # cancelled by the I/O task's failure
+    assert other is not None and not other.active
+    assert await other.next() == {"family": 7}  # queued before the handler raised
+    with pytest.raises(client.ConnectionLost, match="I/O task failed: LookupError"):
+        await other.next()
+
+
 # --- blocking client ------------------------------------------------------------------
 
 
@@ -593,6 +653,55 @@ def test_blocking_round_trip(thread_broker: FakeBroker) -> None:
         assert c.stats() == {"subscriptions": 1}
         assert c.ping() >= 0
     assert thread_broker.kinds()[-1] is Bye
+
+
+def test_blocking_handler_runs_in_the_io_thread_in_order_and_may_publish(
+    thread_broker: FakeBroker,
+) -> None:
+    got: list[tuple[int, str]] = []
+    done = threading.Event()
+    with blocking(thread_broker) as c:
+
+        def handler(delivery: client.Delivery) -> None:
+            n = delivery.attributes["n"]
+            got.append((n, threading.current_thread().name))
+            if n < 3:  # answered from the I/O thread: comes back to this handler
+                c.publish({"family": 7, "n": n + 1})
+            else:
+                done.set()
+
+        sub = c.subscribe("family = 7", handler=handler)
+        c.publish({"family": 7, "n": 0})
+        assert done.wait(5)
+        assert got == [(n, "hop-client-b1") for n in range(4)]
+        with pytest.raises(client.ClientError, match="hands its deliveries to its handler"):
+            sub.next(timeout=0.1)
+        with pytest.raises(client.ClientError, match="hands its deliveries to its handler"):
+            next(iter(sub))
+        c.unsubscribe(sub)
+        c.publish({"family": 7, "n": 10})
+        c.flush()
+    assert [n for n, _ in got] == [0, 1, 2, 3]
+
+
+def test_blocking_handler_exception_ends_the_client_and_close_raises_it(
+    thread_broker: FakeBroker,
+) -> None:
+    def handler(delivery: client.Delivery) -> None:
+        raise LookupError(f"cannot handle {delivery.event_id}")
+
+    with pytest.raises(LookupError, match="cannot handle b1:1"), blocking(thread_broker) as c:
+        other = c.subscribe("family = 7")
+        c.subscribe("family = 7", handler=handler)
+        c.publish({"family": 7})
+        assert other.next(timeout=5) == {"family": 7}  # queued before the handler ran
+        with pytest.raises(client.ConnectionLost, match="I/O task failed: LookupError"):
+            other.next(timeout=5)
+        with pytest.raises(client.ConnectionLost, match="I/O task failed: LookupError"):
+            c.flush()
+        with pytest.raises(client.ConnectionLost, match="I/O task failed: LookupError"):
+            c.publish({"family": 7})
+    assert not c._thread.is_alive()
 
 
 def test_blocking_next_timeout(thread_broker: FakeBroker) -> None:

@@ -201,6 +201,49 @@ def test_many_forced_reconnects_leave_no_duplicate_subscriptions(
     trio.run(scenario)
 
 
+def test_a_handler_keeps_getting_deliveries_across_reconnects(tmp_path: Path) -> None:
+    """A subscription with a handler is subscribed again on each new connection, and
+    its handler (the same) gets what is published once it is back."""
+    base = free_base_port(1)
+    file = tmp_path / "one.toml"
+    file.write_text(to_toml(chain(1, name="one", base_port=base)))
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            proxy = Proxy(base + 1)
+            await proxy.start(nursery)
+            got: list[str] = []
+            async with (
+                running(file, 1, tmp_path / "logs"),
+                client.open_client(HOST, base + 1, name="pub") as pub,
+                client.open_client(HOST, proxy.port, name="sub", reconnect=FAST) as sub,
+            ):
+                await sub.subscribe("family = 1", handler=lambda d: got.append(d.event_id))
+                for cut in range(3):
+                    event_id = await pub.publish({"family": 1, "cut": cut})
+
+                    async def arrived(event_id: str = event_id) -> bool:
+                        return event_id in got
+
+                    await until(arrived, what=f"delivery {cut} to the handler")
+                    proxy.cut()
+
+                    async def back(cut: int = cut) -> bool:
+                        return sub.connected and sub.reconnects == cut + 1
+
+                    await until(back, what=f"reconnection after cut {cut}")
+                last = await pub.publish({"family": 1, "cut": 3})
+
+                async def last_arrived() -> bool:
+                    return last in got
+
+                await until(last_arrived, what="the last delivery")
+                assert got == [f"pub:{n}" for n in range(1, 5)]
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
+
+
 def test_publish_waits_for_the_connection_and_flush_reports_the_loss(
     chain2: tuple[Path, Path, int], tmp_path: Path
 ) -> None:

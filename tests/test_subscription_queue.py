@@ -120,7 +120,7 @@ def test_a_handed_off_subscription_gives_what_was_queued_first_then_the_end() ->
     sub = _sub()
     sub._put(_delivery(0))
     got: list[Delivery | None] = []
-    sub._hand_off(got.append)
+    sub._hand_off(got.append, lambda: got.append(None))
     sub._put(_delivery(1))
     assert [d.event_id for d in got if d is not None] == ["e0", "e1"]
     assert not sub._queue  # nothing left behind for next_delivery
@@ -129,5 +129,6 @@ def test_a_handed_off_subscription_gives_what_was_queued_first_then_the_end() ->
     ended = _sub()
     ended._close(None)
     late: list[Delivery | None] = []
-    ended._hand_off(late.append)  # handed off after its end: the end at once
+    # handed off after its end: the end at once
+    ended._hand_off(late.append, lambda: late.append(None))
     assert late == [None]
