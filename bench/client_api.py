@@ -167,18 +167,30 @@ class Job:
 
 
 class Tally:
-    """What a subscriber counts: events, the last arrival, latencies if asked."""
+    """What a subscriber counts: events, the last arrival, latencies if asked (and for
+    our clients, each delivery's hand-off: from its frame's decoding to the code)."""
 
     def __init__(self, count: int, latencies: bool) -> None:
         self.count = count
         self.received = 0
         self.t_last_ns = 0
         self.latencies: list[int] | None = [] if latencies else None
+        self.handoffs: list[int] = []
         self.cpu_start = time.process_time()  # reset when the subscriber is ready
 
     def took(self, events: list[dict[str, Any]]) -> bool:
         """Count ``events``, just handed to the subscriber's code; True once all came."""
+        return self._count(events, time.time_ns())
+
+    def took_deliveries(self, deliveries: list[Any]) -> bool:
+        """``took`` of our clients' deliveries (``client.Delivery``), noting each one's
+        hand-off (now minus ``t_deliver_ns``, when the client decoded its frame)."""
         now = time.time_ns()
+        if self.latencies is not None:
+            self.handoffs += [now - d.t_deliver_ns for d in deliveries]
+        return self._count([d.attributes for d in deliveries], now)
+
+    def _count(self, events: list[dict[str, Any]], now: int) -> bool:
         self.received += len(events)
         self.t_last_ns = now
         if self.latencies is not None:
@@ -188,7 +200,7 @@ class Tally:
     def result(self) -> dict[str, Any]:
         cpu_s = time.process_time() - self.cpu_start  # (the run ends at its last event)
         return {"received": self.received, "t_last_ns": self.t_last_ns, "cpu_s": cpu_s,
-                "latencies_ns": self.latencies}  # fmt: skip
+                "latencies_ns": self.latencies, "handoffs_ns": self.handoffs}  # fmt: skip
 
 
 def _ready(tally: Tally | None = None) -> None:
@@ -232,7 +244,7 @@ async def _trio_sub(job: Job) -> dict[str, Any]:
             nursery.start_soon(_watchdog, tally, nursery.cancel_scope)
             while True:  # the loop as a user writes it: no timeout per batch
                 batch = await sub.next_batch()
-                if tally.took([d.attributes for d in batch]):
+                if tally.took_deliveries(batch):
                     break
             nursery.cancel_scope.cancel()
     return tally.result()
@@ -246,7 +258,7 @@ async def _trio_handler_sub(job: Job) -> dict[str, Any]:
         done = trio.Event()
 
         def handler(delivery: client.Delivery) -> None:
-            if tally.took([delivery.attributes]):
+            if tally.took_deliveries([delivery]):
                 done.set()
 
         await c.subscribe(MATCHING_FILTER, handler=handler)
@@ -314,7 +326,7 @@ def _blocking_sub(job: Job) -> dict[str, Any]:
                 delivery = sub.next_delivery(timeout=QUIET_S)
             except TimeoutError:
                 break
-            if tally.took([delivery.attributes]):
+            if tally.took_deliveries([delivery]):
                 break
     return tally.result()
 
@@ -328,7 +340,7 @@ def _blocking_handler_sub(job: Job) -> dict[str, Any]:
 
     def handler(delivery: client.Delivery) -> None:
         last[0] = time.monotonic()
-        if tally.took([delivery.attributes]):
+        if tally.took_deliveries([delivery]):
             done.set()
 
     with client.Client.connect(HOST, job.port, name=job.name) as c:
@@ -617,6 +629,9 @@ def summarize_run(
         run["rate"] = rate
         run["p50_us"] = round(percentile(latencies, 50) / 1000, 1) if latencies else None
         run["p99_us"] = round(percentile(latencies, 99) / 1000, 1) if latencies else None
+        handoffs = [h for r in received for h in r.get("handoffs_ns") or []]
+        if handoffs:
+            run["handoff_p50_us"] = round(percentile(handoffs, 50) / 1000, 1)
     return run
 
 
@@ -667,7 +682,7 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
         fields = ["events_per_s", "pub_cpu_us_per_event", "sub_cpu_us_per_event"]
         fields += ["broker_cpu_us_per_event"]
         if key == "latency_500":
-            fields += ["p50_us", "p99_us"]
+            fields += ["p50_us", "p99_us", "handoff_p50_us"]
         out[key] = {field: med(key, field) for field in fields}
         out[key]["lost"] = sum(s[key]["lost"] for s in samples if key in s)
     out["samples"] = samples
@@ -732,9 +747,9 @@ def table(result: dict[str, Any]) -> str:
     systems = result["systems"]
     rows = [
         "| system | 1-to-1 events/s | 1-to-4 events/s per subscriber | p50 at 500/s (us) "
-        "| p99 at 500/s (us) | publisher CPU (us/event) | subscriber CPU (us/event) "
-        "| broker CPU (us/event) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| p99 at 500/s (us) | subscriber hand-off p50 (us) | publisher CPU (us/event) "
+        "| subscriber CPU (us/event) | broker CPU (us/event) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def cell(value: float | None, digits: int = 0) -> str:
@@ -748,6 +763,7 @@ def table(result: dict[str, Any]) -> str:
         rows.append(
             f"| {name} | {cell(f1['events_per_s'])} | {cell(f4['events_per_s'])} "
             f"| {cell(low['p50_us'])} | {cell(low['p99_us'])} "
+            f"| {cell(low.get('handoff_p50_us'))} "
             f"| {cell(f1['pub_cpu_us_per_event'], 2)} | {cell(f1['sub_cpu_us_per_event'], 2)} "
             f"| {cell(f1.get('broker_cpu_us_per_event'), 2)} |"
         )

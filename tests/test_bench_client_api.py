@@ -3,6 +3,7 @@ and one short run of our two clients through their own processes."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,28 @@ def test_a_run_is_summarized_from_what_its_processes_report() -> None:
                 "latencies_ns": [100_000, 200_000, 300_000]}]  # fmt: skip
     run = client_api.summarize_run(published, latency, 3, 500.0)
     assert (run["p50_us"], run["p99_us"]) == (200.0, 300.0)
+    assert "handoff_p50_us" not in run  # an MQTT subscriber: no hand-off measured
+    latency[0]["handoffs_ns"] = [10_000, 30_000, 20_000]
+    run = client_api.summarize_run(published, latency, 3, 500.0)
+    assert run["handoff_p50_us"] == 20.0
+
+
+def test_a_tally_notes_each_deliverys_hand_off_from_its_decoding() -> None:
+    from client import Delivery
+
+    tally = client_api.Tally(3, latencies=True)
+    now = time.time_ns()
+    deliveries = [Delivery(f"e{k}", "p", {"t": now - 900_000}, (1,), (), now - 900_000,
+                           now - 1_000 * (k + 1)) for k in range(3)]  # fmt: skip
+    assert tally.took_deliveries(deliveries)  # all three came
+    result = tally.result()
+    first, *_ = handoffs = result["handoffs_ns"]  # one clock reading for the batch:
+    assert [h - first for h in handoffs] == [0, 1_000, 2_000]  # their decoding times apart
+    assert 1_000 <= first < 50_000_000
+    assert all(900_000 <= lat < 900_000 + 50_000_000 for lat in result["latencies_ns"])
+    quiet = client_api.Tally(3, latencies=False)  # saturation runs note nothing
+    quiet.took_deliveries(deliveries)
+    assert quiet.result()["handoffs_ns"] == [] and quiet.result()["latencies_ns"] is None
 
 
 def test_medians_targets_and_table() -> None:
@@ -65,7 +88,7 @@ def test_medians_targets_and_table() -> None:
         "subscriptions_installed": 1000,
     }
     table = client_api.table(result)
-    assert "| hop-trio | 110 | 45 | 230 | 460 | 4.00 | 3.00 | 9.00 |" in table
+    assert "| hop-trio | 110 | 45 | 230 | 460 | - | 4.00 | 3.00 | 9.00 |" in table
     assert "- hop-blocking 1-to-1 events/s: 30 vs mosquitto-paho 40: NOT met" in table
     assert client_api.targets({})[0]["target_met"] is None  # not measured
 
