@@ -667,7 +667,10 @@ def test_blocking_handler_runs_in_the_io_thread_in_order_and_may_publish(
             got.append((n, threading.current_thread().name))
             if n < 3:  # answered from the I/O thread: comes back to this handler
                 c.publish({"family": 7, "n": n + 1})
-            else:
+                return
+            try:
+                c.flush()  # would wait for the thread it runs in
+            except RuntimeError:
                 done.set()
 
         sub = c.subscribe("family = 7", handler=handler)
