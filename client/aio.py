@@ -42,6 +42,7 @@ The reconnecting client also sends Ping to the broker when it has heard nothing 
 """
 
 import contextlib
+import inspect
 import itertools
 import math
 import os
@@ -307,6 +308,18 @@ def _encoded_all(
     return ids, frames
 
 
+def _check_handler(handler: Any) -> None:
+    """TypeError unless ``handler`` can take deliveries: a plain callable (an async
+    function's coroutines would never run, and its deliveries be lost)."""
+    if not callable(handler):
+        raise TypeError(f"handler must be callable, got {type(handler).__name__}")
+    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
+        raise TypeError(
+            "handler must be a plain function, not an async one: it is called in the "
+            "client's I/O task and must not wait (await next_batch() for async work)"
+        )
+
+
 def _as_filter(filter: str | Filter) -> Filter:
     if isinstance(filter, Filter):
         return filter
@@ -545,6 +558,8 @@ class AsyncClient:
         that exception (as an exception in any task of a nursery does).
         """
         parsed = _as_filter(filter)
+        if handler is not None:
+            _check_handler(handler)
         sub = AsyncSubscription(self, next(self._sub_ids), parsed)
         self._subscriptions[sub.id] = sub  # events may come before the SubAck
         try:

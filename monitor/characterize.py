@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.errors import InputError
+from monitor.measured import in_measurement
 from monitor.traces import read_manifest, read_table
 from monitor.warmth import gaps_since, idle_gaps
 
@@ -120,7 +121,7 @@ def characterize(run_dir: Path) -> Characterization:
         [pubs["t_publish_ns"].to_numpy(), dels["t_deliver_ns"].to_numpy()]
     )
     # Events published inside the window, followed wherever they went.
-    in_window = set(pubs.loc[pubs["t_publish_ns"].between(lo, hi), "event_id"])
+    in_window = set(pubs.loc[in_measurement(pubs["t_publish_ns"], lo, hi), "event_id"])
     hops = hops[hops["event_id"].isin(in_window)]
     dels = dels[dels["event_id"].isin(in_window)]
     pubs = pubs[pubs["event_id"].isin(in_window)]
@@ -147,7 +148,7 @@ def characterize(run_dir: Path) -> Characterization:
             ) + decode
             by_fanout_gap[broker][int(k)] = g["gap_ns"].to_numpy(dtype=float)
         # Every hop row with t_arrival in the window was paid for in the window.
-        arrived = rows["t_arrival_ns"].between(lo, hi).sum()
+        arrived = in_measurement(rows["t_arrival_ns"], lo, hi).sum()
         total = cpu_s.get(broker)
         if total is not None and arrived:
             overhead[broker] = max(0.0, total * 1e9 / arrived - held.mean())

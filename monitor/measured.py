@@ -11,6 +11,12 @@ import pandas as pd
 from monitor.traces import read_manifest, read_table
 
 
+def in_measurement(times: pd.Series, lo: int, hi: int) -> pd.Series:
+    """Which of ``times`` (ns) fall in the measurement window [lo, hi), the window of
+    every measured and characterized figure (and of `monitor.analysis.queries`)."""
+    return times.ge(lo) & times.lt(hi)
+
+
 def in_window(run_dir: Path) -> tuple[pd.Series, pd.DataFrame]:
     """Per broker, the hops of the events published in the window, per second of it;
     and the deliveries of those events (`publisher`, `subscriber`, `latency_ms`). The
@@ -22,12 +28,12 @@ def in_window(run_dir: Path) -> tuple[pd.Series, pd.DataFrame]:
     lo, hi = phases["measure_start_ns"], phases["measure_end_ns"]
     published = read_table(run_dir, "publications").table.select(["event_id", "t_publish_ns"])
     published = published.to_pandas()
-    events = published.loc[published["t_publish_ns"].ge(lo) & published["t_publish_ns"].lt(hi)]
+    events = published.loc[in_measurement(published["t_publish_ns"], lo, hi)]
     hops = read_table(run_dir, "hops").table.select(["broker", "event_id"]).to_pandas()
     hops = hops[hops["event_id"].isin(events["event_id"])]
     throughput = hops.groupby("broker").size() / ((hi - lo) / 1e9)
     dels = read_table(run_dir, "deliveries").table.to_pandas()
-    dels = dels[dels["t_publish_ns"].ge(lo) & dels["t_publish_ns"].lt(hi)]
+    dels = dels[in_measurement(dels["t_publish_ns"], lo, hi)]
     latency = pd.DataFrame(
         {
             "publisher": dels["publisher"],

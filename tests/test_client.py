@@ -605,6 +605,33 @@ async def test_a_handler_gets_every_delivery_in_order_in_the_io_task(broker: Fak
 
 
 @pytest.mark.trio
+async def test_a_handler_must_be_a_plain_callable(broker: FakeBroker) -> None:
+    async def waits(delivery: client.Delivery) -> None:
+        pass
+
+    class Waits:
+        async def __call__(self, delivery: client.Delivery) -> None:
+            pass
+
+    async with connect(broker) as c:
+        for bad, why in ((waits, "not an async one"), (Waits(), "not an async one"),
+                         ("print", "must be callable")):  # fmt: skip
+            with pytest.raises(TypeError, match=why):
+                await c.subscribe("family = 7", handler=bad)  # type: ignore[arg-type]
+        assert c._subscriptions == {}  # refused before anything was sent
+    assert broker.kinds() == [Hello, Bye]
+
+
+def test_blocking_handler_must_be_a_plain_callable(thread_broker: FakeBroker) -> None:
+    async def waits(delivery: client.Delivery) -> None:
+        pass
+
+    with blocking(thread_broker) as c, pytest.raises(TypeError, match="not an async one"):
+        c.subscribe("family = 7", handler=waits)
+    assert thread_broker.kinds() == [Hello, Bye]
+
+
+@pytest.mark.trio
 async def test_a_handlers_subscription_refuses_to_be_taken_from(broker: FakeBroker) -> None:
     async with connect(broker) as c:
         sub = await c.subscribe("family = 7", handler=lambda delivery: None)
