@@ -16,6 +16,8 @@ from topologies import Topology, load_case_study, load_topology
 from topologies.generators import to_toml
 
 REPO = Path(__file__).resolve().parent.parent
+
+
 def on_free_ports(study_file: Path, out: Path) -> Path:
     """A copy of the case study `study_file` at `out`, its brokers moved to ports free
     on 127.0.0.1 now."""

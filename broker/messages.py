@@ -680,6 +680,11 @@ def encode_forwarded(event: Publish, broker_id: str) -> bytes:
     """``encode_message(event.with_hop(broker_id))``, the same bytes, without building
     the forwarded message (once per routed event: it halves the cost of encoding)."""
     _check_str(broker_id, "encode_forwarded(broker_id)")
+    return _forwarded_payload(event, broker_id)
+
+
+def _forwarded_payload(event: Publish, broker_id: str) -> bytes:
+    """`encode_forwarded` of a ``broker_id`` the caller has checked."""
     return _packer.pack(
         (
             Publish.TYPE,

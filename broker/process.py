@@ -223,8 +223,7 @@ class BrokerProcesses:
                     raise StartupError(f"broker {broker_id} exited with code {proc.returncode}")
                 if time.monotonic() > deadline:
                     raise StartupError(
-                        f"broker {broker_id} did not link to its parent and children "
-                        f"in {timeout} s"
+                        f"broker {broker_id} did not link to its parent and children in {timeout} s"
                     )
                 time.sleep(0.05)
 

@@ -86,6 +86,7 @@ from broker.protocol import (
     Pong,
     ProtocolError,
     Publish,
+    RoutedFrames,
     Stats,
     StatsRequest,
     SubAck,
@@ -93,9 +94,7 @@ from broker.protocol import (
     UnsubAck,
     Unsubscribe,
     Welcome,
-    deliver_frame,
     error_frame,
-    forwarded_frame,
     frame_starts,
     join_frames,
 )
@@ -220,6 +219,7 @@ class Broker:
         self.name = str(broker_id)
         self.spec = topology.brokers[broker_id]
         self.config = config or BrokerConfig()
+        self._frames = RoutedFrames(self.name, self.config.max_frame)  # what it routes
         parent = self.spec.parent
         self.parent_link_id = None if parent is None else f"broker:{parent}"
         self.router = Router(topology.routing, parent=self.parent_link_id)
@@ -659,9 +659,8 @@ class Broker:
         links = self.links
         sends: list[tuple[Link, bytes]] = []
         missed: list[str] = []  # "REASON:LINK" of each target that does not get it
-        max_frame = self.config.max_frame
         if decision.forward or decision.deliver:  # the event is encoded once
-            frame = forwarded_frame(event, self.name, max_frame)
+            frame = self._frames.publish(event)
         for target in decision.forward:
             out = links.get(target)
             if out is None or out.queue.closed:
@@ -677,7 +676,7 @@ class Broker:
                 missed.append(f"link-down:{target}")
             else:
                 if sub_ids != last_ids:
-                    deliver = deliver_frame(frame, sorted(sub_ids), max_frame)
+                    deliver = self._frames.deliver(frame, sub_ids)
                     last_ids = sub_ids
                 sends.append((out, out.conn.send_encoded(Deliver, deliver)))
         blocked = []

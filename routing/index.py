@@ -41,6 +41,10 @@ from routing.intervals import Interval
 from routing.predicates import Predicate, compile_predicate
 from routing.values import Kind, validate_event
 
+# The operators matching compares against per event: an enum member's lookup on its
+# class costs ~100 ns, a global's ~25.
+_LT, _LE, _GT = Op.LT, Op.LE, Op.GT
+
 K = TypeVar("K", bound=Hashable)
 
 
@@ -143,11 +147,11 @@ class _Sorted:
     def collect_op(self, op: Op, value: Any, event: Mapping[str, Any], out: set[Any]) -> None:
         """Collect the entries whose `value op bound` holds."""
         bounds = self.bounds
-        if op is Op.LT:  # value < bound
+        if op is _LT:  # value < bound
             self.collect(bisect_right(bounds, value), len(bounds), event, out)
-        elif op is Op.LE:
+        elif op is _LE:
             self.collect(bisect_left(bounds, value), len(bounds), event, out)
-        elif op is Op.GT:  # value > bound
+        elif op is _GT:  # value > bound
             self.collect(0, bisect_left(bounds, value), event, out)
         else:  # Op.GE
             self.collect(0, bisect_right(bounds, value), event, out)
@@ -262,8 +266,9 @@ class _Attribute:
             bucket = self.eq_bools.get(value)
             if bucket is not None:
                 bucket.collect(event, out)
-        if self.present:
-            self.present.collect(event, out)
+        present = self.present  # (its emptiness tested inline: a call less per attribute)
+        if present.free or present.checked:  # (never nested: nestable=False)
+            present.collect(event, out)
 
     def _collect_intervals(self, value: Any, event: Mapping[str, Any], out: set[Any]) -> None:
         for entries in self.intervals.values():

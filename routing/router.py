@@ -346,7 +346,8 @@ class Router:
         if self.strategy != "acyclic" and self.parent is not None and source != self.parent:
             # Also while the parent link is down, so the broker sees the event is lost.
             forward.add(self.parent)
-        return Decision(sorted(forward, key=str), deliver, len(matched))
+        ordered = sorted(forward, key=str) if len(forward) > 1 else list(forward)
+        return Decision(ordered, deliver, len(matched))
 
     # -- introspection ----------------------------------------------------------------
 

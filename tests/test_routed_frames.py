@@ -17,6 +17,7 @@ from broker.protocol import (
     Hello,
     ProtocolError,
     Publish,
+    RoutedFrames,
     Subscribe,
     Welcome,
     deliver_frame,
@@ -110,6 +111,44 @@ def test_bad_sub_ids_and_frames_are_refused_by_name() -> None:
         deliver_frame(frame, [1], max_frame=len(frame) - 4)
     with pytest.raises(ValueError, match="not the frame of a Publish"):
         deliver_frame(encode_frame(Subscribe(1, [["n", ">", 1]])), [1])
+
+
+@given(
+    attributes=events,
+    path=st.lists(st.text(max_size=5), max_size=20),
+    hop=st.text(max_size=8),
+    id_lists=st.lists(sub_id_lists, min_size=1, max_size=4),
+)
+def test_a_brokers_routed_frames_are_the_encoded_ones(
+    attributes: dict, path: list[str], hop: str, id_lists: list[list[int]]
+) -> None:
+    """`RoutedFrames` gives `forwarded_frame` and `deliver_frame` of sorted ids, also for
+    sub ids it has seen before (its kept heads), in any order."""
+    frames = RoutedFrames(hop)
+    event = Publish("pub:1", "pub", attributes, path, 7)
+    frame = frames.publish(event)
+    assert frame == forwarded_frame(event, hop)
+    for sub_ids in [*id_lists, *id_lists, *(ids[::-1] for ids in id_lists)]:
+        expected = encode_frame(event.with_hop(hop).to_deliver(sorted(sub_ids)))
+        assert frames.deliver(frame, sub_ids) == expected
+
+
+def test_routed_frames_refuse_what_the_functions_refuse() -> None:
+    with pytest.raises(ProtocolError, match=r"RoutedFrames\(broker_id\): expected str"):
+        RoutedFrames(4)  # type: ignore[arg-type]
+    event = Publish("e", "p", {"n": 1}, [], 5)
+    size = len(encode_frame(event.with_hop("1"))) - 4
+    with pytest.raises(ProtocolError, match=f"Publish needs {size} bytes, over the maximum"):
+        RoutedFrames("1", max_frame=size - 1).publish(event)
+    frames = RoutedFrames("1", max_frame=size)
+    frame = frames.publish(event)
+    with pytest.raises(ProtocolError, match="Deliver needs .* over the maximum"):
+        frames.deliver(frame, [1])  # the Deliver's head is longer than the Publish's
+    with pytest.raises(ProtocolError, match=r"deliver_head\(sub_ids\)\[1\]: .* does not fit"):
+        frames.deliver(frame, [2**64, 1])
+    with pytest.raises(ProtocolError, match=r"deliver_head\(sub_ids\)\[0\]: expected int"):
+        frames.deliver(frame, [True])
+    assert list(frames._heads) == [1]  # (a valid head; only the frame was too long)
 
 
 def test_send_encoded_checks_the_state_only() -> None:
