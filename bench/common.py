@@ -18,18 +18,23 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
-def machine_info() -> dict[str, Any]:
-    """What the numbers were measured on."""
+def short_revision(checkout: Path) -> str:
+    """The short git revision checked out at ``checkout`` ("" when git cannot say)."""
     try:
-        revision = subprocess.run(
+        return subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
             capture_output=True,
             text=True,
             check=False,
-            cwd=Path(__file__).parent,
+            cwd=checkout,
         ).stdout.strip()
     except OSError:
-        revision = ""
+        return ""
+
+
+def machine_info() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    revision = short_revision(Path(__file__).parent)
     return {
         "host": platform.node(),
         "cpus": os.cpu_count(),

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, median, write_result
+from bench.common import REPO, median, short_revision, write_result
 
 HARNESS = """
 import json, os, statistics, sys, time
@@ -127,13 +127,7 @@ def main(argv: list[str] | None = None) -> None:
         subprocess.run(["git", "worktree", "add", "-q", "--detach", str(theirs), args.against],
                        cwd=REPO, check=True)  # fmt: skip
         try:
-            revision = subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"],
-                cwd=theirs,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
+            revision = short_revision(theirs)
             result = compare(REPO, theirs, args.rounds, args.events, args.reps)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(theirs)], cwd=REPO,

@@ -553,7 +553,8 @@ class AsyncClient:
         handler must not block: the connection waits for it. It gets nothing more once
         unsubscribed or the connection ends (``active`` says which); ``next`` and the
         other ways of taking deliveries raise ``ClientError``. An exception it raises
-        propagates: out of ``subscribe`` for a delivery handed over there, otherwise out
+        propagates: out of ``subscribe`` for a delivery handed over there (the
+        subscription is then dropped, as after a cancelled ``subscribe``), otherwise out
         of the I/O task, which ends the client and leaves ``open_client``'s block with
         that exception (as an exception in any task of a nursery does).
         """
@@ -568,7 +569,12 @@ class AsyncClient:
             self._drop(sub)
             raise
         if handler is not None:
-            sub._hand_off(handler)
+            try:
+                sub._hand_off(handler)
+            except BaseException:  # raised for an early delivery: no subscription left
+                self._drop(sub)
+                self._send_nowait(Unsubscribe(sub.id))  # (its UnsubAck is not awaited)
+                raise
         return sub
 
     async def _subscribe(self, sub: AsyncSubscription) -> None:

@@ -341,11 +341,12 @@ class Client:
         deliveries: "queue.SimpleQueue[Delivery | None]",
         handler: Callable[[Delivery], object] | None,
     ) -> AsyncSubscription:
-        """In the trio thread: subscribe, then hand the deliveries to ``handler``, or else
-        to ``deliveries`` (none is missed: nothing runs in between); the end (None) goes
-        to ``deliveries`` either way."""
+        """In the trio thread: subscribe with ``handler``, or else hand the deliveries and
+        then the end (None) to ``deliveries`` (none is missed: nothing runs in between)."""
+        if handler is not None:
+            return await self._aclient.subscribe(filter, handler)
         inner = await self._aclient.subscribe(filter)
-        inner._hand_off(handler or deliveries.put, partial(deliveries.put, None))
+        inner._hand_off(deliveries.put, partial(deliveries.put, None))
         return inner
 
     def unsubscribe(self, subscription: "Subscription") -> None:

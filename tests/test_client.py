@@ -632,6 +632,28 @@ def test_blocking_handler_must_be_a_plain_callable(thread_broker: FakeBroker) ->
 
 
 @pytest.mark.trio
+async def test_a_handler_failing_within_subscribe_leaves_no_subscription(
+    broker: FakeBroker,
+) -> None:
+    broker.early = {"family": 7, "n": 0}  # delivered before the SubAck
+
+    def handler(delivery: client.Delivery) -> None:
+        raise LookupError(delivery.event_id)
+
+    async with connect(broker) as c:
+        with pytest.raises(LookupError, match="early:1"):
+            await c.subscribe("family = 7", handler=handler)
+        assert c._subscriptions == {}
+        broker.early = None
+        kept = await c.subscribe("family = 8")
+        await c.publish({"family": 7})
+        await c.publish({"family": 8})
+        assert await kept.next() == {"family": 8}  # the client carries on
+    assert Unsubscribe in broker.kinds()
+    assert [d.sub_ids for d in broker.delivered] == [[2]]  # nothing more for the first
+
+
+@pytest.mark.trio
 async def test_a_handlers_subscription_refuses_to_be_taken_from(broker: FakeBroker) -> None:
     async with connect(broker) as c:
         sub = await c.subscribe("family = 7", handler=lambda delivery: None)
