@@ -346,10 +346,16 @@ def _blocking_handler_sub(job: Job) -> dict[str, Any]:
     with client.Client.connect(HOST, job.port, name=job.name) as c:
         c.subscribe(MATCHING_FILTER, handler=handler)
         _ready(tally)
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        while not done.wait(0.5) and time.monotonic() < min(deadline, last[0] + QUIET_S):
-            pass
+        _until_done(done, last)
     return tally.result()
+
+
+def _until_done(done: threading.Event, last: list[float]) -> None:
+    """Wait for a callback subscriber's ``done``, at most QUIET_S after its last event
+    (``last[0]``, time.monotonic()) and RUN_TIMEOUT_S in all."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not done.wait(0.5) and time.monotonic() < min(deadline, last[0] + QUIET_S):
+        pass
 
 
 # MQTT: filler (any client), gmqtt, paho
@@ -464,9 +470,7 @@ def _paho_sub(job: Job) -> dict[str, Any]:
     if not subscribed.wait(READY_TIMEOUT_S):
         raise RuntimeError("paho: no SUBACK")
     _ready(tally)
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not done.wait(0.5) and time.monotonic() < min(deadline, last[0] + QUIET_S):
-        pass
+    _until_done(done, last)
     c.disconnect()
     c.loop_stop()
     return tally.result()

@@ -281,7 +281,12 @@ def deliver_frame(
     Send it with ``Connection.send_encoded(Deliver, frame)``."""
     if publish_frame[4:6] != PUBLISH_HEAD:
         raise ValueError("deliver_frame: publish_frame is not the frame of a Publish")
-    head = deliver_head(sub_ids)
+    return _spliced_deliver(publish_frame, deliver_head(sub_ids), max_frame)
+
+
+def _spliced_deliver(publish_frame: bytes, head: bytes, max_frame: int) -> bytes:
+    """The Deliver frame of a Publish frame with ``head`` (`deliver_head`) in place of
+    the Publish payload's first two bytes."""
     length = len(publish_frame) - 6 + len(head)
     if length > max_frame:
         raise ProtocolError(
@@ -324,12 +329,7 @@ class RoutedFrames:
                     self._heads[sub_id] = head
         else:
             head = deliver_head(sorted(sub_ids))
-        length = len(publish_frame) - 6 + len(head)
-        if length > self.max_frame:
-            raise ProtocolError(
-                ERR_FRAMING, f"Deliver needs {length} bytes, over the maximum of {self.max_frame}"
-            )
-        return _LENGTH.pack(length) + head + publish_frame[6:]
+        return _spliced_deliver(publish_frame, head, self.max_frame)
 
 
 def join_frames(frames: list[bytes]) -> bytes:

@@ -49,7 +49,6 @@ from client.aio import (
     Delivery,
     Reconnect,
     SubscriptionClosed,
-    _check_handler,
     _checked,
     _checked_all,
     _copy,
@@ -329,8 +328,6 @@ class Client:
         ``ClientError``. An exception it raises ends the client: later calls raise
         ``ConnectionLost`` naming it, and ``close`` (the ``with`` block's end) raises it."""
         parsed = parse_filter(filter) if isinstance(filter, str) else filter
-        if handler is not None:
-            _check_handler(handler)
         deliveries: queue.SimpleQueue[Delivery | None] = queue.SimpleQueue()
         inner = self._call(self._subscribe, parsed, deliveries, handler)
         return Subscription(self, inner, deliveries, handled=handler is not None)
