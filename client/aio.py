@@ -38,7 +38,8 @@ that broke before the broker read them, are lost. So:
   retried: ``open_client`` raises as without reconnecting.
 
 The reconnecting client also sends Ping to the broker when it has heard nothing for
-``heartbeat_s``.
+``heartbeat_s``. ``open_client``'s ``on_disconnect`` and ``on_reconnect`` callbacks
+tell the client's user of each lost connection and of each return.
 """
 
 import contextlib
@@ -308,15 +309,17 @@ def _encoded_all(
     return ids, frames
 
 
-def _check_handler(handler: Any) -> None:
-    """TypeError unless ``handler`` can take deliveries: a plain callable (an async
-    function's coroutines would never run, and its deliveries be lost)."""
-    if not callable(handler):
-        raise TypeError(f"handler must be callable, got {type(handler).__name__}")
-    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
+def _check_callback(fn: Any, what: str) -> None:
+    """TypeError unless ``fn`` is a plain callable: it is called in the client's I/O
+    task, where an async function's coroutines would never run (and a handler's
+    deliveries be lost)."""
+    if not callable(fn):
+        raise TypeError(f"{what} must be callable, got {type(fn).__name__}")
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+        hint = " (await next_batch() for async work)" if what == "handler" else ""
         raise TypeError(
-            "handler must be a plain function, not an async one: it is called in the "
-            "client's I/O task and must not wait (await next_batch() for async work)"
+            f"{what} must be a plain function, not an async one: it is called in the "
+            f"client's I/O task and must not wait{hint}"
         )
 
 
@@ -485,14 +488,19 @@ class AsyncClient:
         nursery: trio.Nursery,
         reconnect: Reconnect | None = None,
         open_stream: Callable[[], Awaitable[trio.abc.Stream]] | None = None,
+        on_disconnect: Callable[[ConnectionLost], object] | None = None,
+        on_reconnect: Callable[[], object] | None = None,
     ) -> None:
         """Wrap a freshly opened ``stream`` and start its I/O task in ``nursery``; the
         handshake is not done yet (``open_client`` does it). With a ``reconnect``
-        policy, ``open_stream`` opens the next connection."""
+        policy, ``open_stream`` opens the next connection. ``on_disconnect`` and
+        ``on_reconnect`` are as for ``open_client``, which checks them."""
         if reconnect is not None and open_stream is None:
             raise ValueError("reconnecting needs open_stream")
         self.name = name
         self.reconnects = 0  # connections opened again after a loss
+        self._on_disconnect = on_disconnect
+        self._on_reconnect = on_reconnect
         self._policy = reconnect
         self._wait_s = reconnect.wait_s if reconnect else 0.0
         self._open_stream = open_stream
@@ -504,6 +512,7 @@ class AsyncClient:
             self._ready.set()
         self._conn_scope = trio.CancelScope()
         self._conn_lost = False  # the current connection is ending (reconnecting only)
+        self._loss: ConnectionLost | None = None  # why it ended, once it did
         self._welcomed = False
         self._losses = 0  # connections lost, and how many of them `flush` reported
         self._flushed_losses = 0
@@ -560,7 +569,7 @@ class AsyncClient:
         """
         parsed = _as_filter(filter)
         if handler is not None:
-            _check_handler(handler)
+            _check_callback(handler, "handler")
         sub = AsyncSubscription(self, next(self._sub_ids), parsed)
         self._subscriptions[sub.id] = sub  # events may come before the SubAck
         try:
@@ -698,6 +707,17 @@ class AsyncClient:
                 self._stats_replies.remove(reply)
             raise
         return cast(Stats, await self._answer(reply)).stats
+
+    async def wait_closed(self) -> None:
+        """Wait until the client ends, for a task whose work its handlers do (paho-mqtt's
+        ``loop_forever``): return once it is closed (``aclose``, from another task);
+        raise what ended it otherwise, the ``ConnectionLost`` (or ``BrokerError``) of a
+        connection lost for good. (A handler's or callback's exception leaves
+        ``open_client``'s block instead, cancelling this wait.)"""
+        await self._io_done.wait()
+        await trio.lowlevel.checkpoint()  # the I/O task's exception cancels us first
+        if self._failure is not None and not isinstance(self._failure, ClientClosed):
+            raise _copy(self._failure)
 
     async def aclose(self) -> None:
         """Close the connection: send Bye after everything queued, wait (at most
@@ -856,9 +876,12 @@ class AsyncClient:
                 while True:
                     await self._run_connection()
                     if not self._reconnecting():
-                        return
+                        break
+                    self._disconnected(self._loss or ConnectionLost("the connection ended"))
                     await self._reconnect()
-        except Exception as exc:  # a handler's (`subscribe`): it ends the client
+            if not isinstance(self._failure, ClientClosed | None):  # not closed by its user
+                self._disconnected(self._failure)
+        except Exception as exc:  # a handler's or callback's: it ends the client
             cause = (_sole_exception(exc) if isinstance(exc, BaseExceptionGroup) else exc) or exc
             self._fail(_lost(f"the client's I/O task failed: {cause!r}", cause))
             raise
@@ -877,6 +900,11 @@ class AsyncClient:
                     nursery.start_soon(self._heartbeat, self._policy)
                     if self.reconnects:
                         nursery.start_soon(self._restore)
+
+    def _disconnected(self, error: ConnectionLost) -> None:
+        """Tell ``on_disconnect`` that a connection ended because of ``error``."""
+        if self._on_disconnect is not None:
+            self._on_disconnect(error)
 
     def _reconnecting(self) -> bool:
         """Whether a lost connection is to be opened again (not once closed)."""
@@ -909,6 +937,7 @@ class AsyncClient:
         self._writer_done = trio.Event()
         self._conn_scope = trio.CancelScope()
         self._conn_lost = False
+        self._loss = None
         self._welcomed = False
         self._heard = time.monotonic()
 
@@ -919,12 +948,17 @@ class AsyncClient:
         self._ready.set()
 
     async def _restore(self) -> None:
-        """On a new connection: the handshake, then every subscription again."""
+        """On a new connection: the handshake, then every subscription again; then
+        calls may use it, and ``on_reconnect`` hears of it."""
         assert self._hello is not None
-        with contextlib.suppress(ConnectionLost):  # lost again: the next one restores
+        try:
             await self._request(self._hello, (Welcome, 0), internal=True)
             await self._resubscribe()
-            self._ready.set()
+        except ConnectionLost:  # lost again: the next one restores
+            return
+        self._ready.set()
+        if self._on_reconnect is not None:
+            self._on_reconnect()
 
     async def _resubscribe(self) -> None:
         """Send every acknowledged subscription again; wait for all their SubAcks.
@@ -1078,6 +1112,7 @@ class AsyncClient:
         if self._conn_lost:
             return
         self._conn_lost = True
+        self._loss = error
         self._losses += 1
         if self._ready.is_set():
             self._ready = trio.Event()
@@ -1137,11 +1172,13 @@ async def _connect(
     timeout: float,
     ssl_context: ssl.SSLContext | None = None,
     reconnect: Reconnect | None = None,
+    on_disconnect: Callable[[ConnectionLost], object] | None = None,
+    on_reconnect: Callable[[], object] | None = None,
 ) -> AsyncClient:
     with trio.move_on_after(timeout):
         stream = await _open_stream(host, port, ssl_context)
         reopen = partial(_open_stream, host, port, ssl_context)
-        client = AsyncClient(stream, name, nursery, reconnect, reopen)
+        client = AsyncClient(stream, name, nursery, reconnect, reopen, on_disconnect, on_reconnect)
         try:
             await client._handshake(Hello(PROTOCOL_VERSION, "client", name, secret))
         except BaseException:
@@ -1161,6 +1198,8 @@ async def open_client(
     timeout: float = 10.0,
     ssl_context: ssl.SSLContext | None = None,
     reconnect: bool | Reconnect = False,
+    on_disconnect: Callable[[ConnectionLost], object] | None = None,
+    on_reconnect: Callable[[], object] | None = None,
 ) -> AsyncIterator[AsyncClient]:
     """Connect to the broker at ``host``:``port`` as client ``name`` (unique in the run:
     it prefixes event ids); the client is closed (``aclose``) when the block exits.
@@ -1174,13 +1213,28 @@ async def open_client(
     seconds. Exceptions leave the block as they were raised, not wrapped in a group.
     ``reconnect``: True (default ``Reconnect()`` policy) or a policy to reconnect
     after losing the connection (see the module doc); off by default.
+
+    ``on_disconnect(error)``, the counterpart of paho-mqtt's and gmqtt's callback of
+    that name, is called each time a connection ends other than by closing the
+    client, with the ``ConnectionLost`` (or ``BrokerError``) saying why: before
+    reconnecting, or as the client ends. ``on_reconnect()`` is called once a new
+    connection is in use again, every subscription renewed. Both are plain functions
+    called in the client's I/O task, like a subscription's handler: they must not
+    block, and an exception they raise ends the client and leaves this block (a
+    TypeError, before connecting, for an async function or a non-callable).
     """
+    for fn, what in ((on_disconnect, "on_disconnect"), (on_reconnect, "on_reconnect")):
+        if fn is not None:
+            _check_callback(fn, what)
     policy = Reconnect() if reconnect is True else (reconnect or None)
     try:
         async with trio.open_nursery() as nursery:
             if secret is None:
                 secret = secret_from_env()
-            client = await _connect(nursery, host, port, name, secret, timeout, ssl_context, policy)
+            client = await _connect(
+                nursery, host, port, name, secret, timeout, ssl_context, policy,
+                on_disconnect, on_reconnect,
+            )  # fmt: skip
             try:
                 yield client
             finally:

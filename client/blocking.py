@@ -2,7 +2,8 @@
 
 The trio client (``client.aio``) runs in a daemon thread of its own (``trio.run``).
 Calls may come from several threads. ``close()`` (or leaving the ``with`` block) ends
-the thread and closes the socket.
+the thread and closes the socket; so does a connection lost for good, and
+``wait_closed()`` waits for that.
 
 The hand-off between the caller's thread and the trio thread is what a blocking
 client costs beyond the trio client, so it is kept off the way of each event:
@@ -184,7 +185,7 @@ async def _serve(
     options: dict[str, Any],
 ) -> None:
     """The trio thread's main: connect (``options`` for ``open_client``), report to
-    ``ready``, stay open until stopped."""
+    ``ready``, stay open until stopped or until the client ends on its own."""
     async with AsyncExitStack() as stack:
         try:
             aclient = await stack.enter_async_context(open_client(host, port, **options))
@@ -196,6 +197,7 @@ async def _serve(
         feeder = _Feeder(aclient, token)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(feeder.run)
+            nursery.start_soon(_stop_when_ended, aclient, stop)
             ready.put((aclient, token, stop, feeder))
             await stop.wait()
             with suppress(ConnectionLost), trio.move_on_after(CLOSE_TIMEOUT):
@@ -203,9 +205,18 @@ async def _serve(
             nursery.cancel_scope.cancel()
 
 
+async def _stop_when_ended(aclient: AsyncClient, stop: trio.Event) -> None:
+    """Set ``stop`` once ``aclient`` ended (a connection lost for good): the trio thread
+    then ends, and ``Client.wait_closed`` returns."""
+    with suppress(ConnectionLost):
+        await aclient.wait_closed()
+    stop.set()
+
+
 def _io_thread(errors: list[BaseException], *args: Any) -> None:
     """The client's I/O thread: `_serve` with ``args``; an exception that ends it (a
-    subscription handler's) goes to ``errors`` for ``Client.close`` to raise."""
+    handler's or callback's) goes to ``errors`` for ``Client.wait_closed`` or
+    ``Client.close`` to raise."""
     try:
         trio.run(_serve, *args)
     except BaseException as exc:
@@ -247,12 +258,17 @@ class Client:
         timeout: float = 10.0,
         ssl_context: ssl.SSLContext | None = None,
         reconnect: bool | Reconnect = False,
+        on_disconnect: Callable[[ConnectionLost], object] | None = None,
+        on_reconnect: Callable[[], object] | None = None,
     ) -> "Client":
         """Connect to the broker at ``host``:``port`` as client ``name`` (unique in the
         run: it prefixes event ids).
 
-        ``secret``, ``ssl_context`` and ``reconnect`` are as for ``open_client``: with
-        ``reconnect``, subscriptions survive a lost connection. Raises ``BrokerError``
+        ``secret``, ``ssl_context``, ``reconnect``, ``on_disconnect`` and
+        ``on_reconnect`` are as for ``open_client``: with ``reconnect``, subscriptions
+        survive a lost connection. The two callbacks are called in the client's I/O
+        thread, as a subscription's handler is: they may ``publish``, and an exception
+        they raise ends the client (``close()`` raises it). Raises ``BrokerError``
         if the broker refuses the Hello, ``ConnectionLost`` if it hangs up, ``OSError`` if
         the TCP connection fails, ``TimeoutError`` after ``timeout`` seconds.
         """
@@ -271,6 +287,8 @@ class Client:
                     "timeout": timeout,
                     "ssl_context": ssl_context,
                     "reconnect": reconnect,
+                    "on_disconnect": on_disconnect,
+                    "on_reconnect": on_reconnect,
                 },
             ),
             name=f"hop-client-{name}",
@@ -398,6 +416,22 @@ class Client:
     def stats(self) -> dict[str, Any]:
         """The broker's counters and gauges (nested dicts)."""
         return self._call(self._aclient.stats)
+
+    def wait_closed(self, timeout: float | None = None) -> None:
+        """Block until the client ends, for a script whose work its handlers do
+        (paho-mqtt's ``loop_forever``): return once it is closed (``close``, from another
+        thread); raise what ended it otherwise: the exception a handler or callback
+        raised (then not raised again by ``close``), or the ``ConnectionLost`` (or
+        ``BrokerError``) of a connection lost for good. ``TimeoutError`` if it is still
+        open after ``timeout`` seconds."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the client is still open after {timeout} s")
+        if self._errors:
+            raise self._errors.pop()
+        failure = self._aclient._failure
+        if failure is not None and not isinstance(failure, ClientClosed):
+            raise _copy(failure)
 
     def close(self) -> None:
         """Say Bye, close the connection and wait for the trio thread to end. Pending and

@@ -7,6 +7,7 @@ matches. Async tests run it in the test's trio loop; blocking tests in a thread.
 """
 
 import queue
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -629,6 +630,172 @@ def test_blocking_handler_must_be_a_plain_callable(thread_broker: FakeBroker) ->
     with blocking(thread_broker) as c, pytest.raises(TypeError, match="not an async one"):
         c.subscribe("family = 7", handler=waits)
     assert thread_broker.kinds() == [Hello, Bye]
+
+
+def _free_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.trio
+async def test_connection_callbacks_must_be_plain_callables_checked_before_connecting() -> None:
+    async def waits(error: client.ConnectionLost) -> None:
+        pass
+
+    port = _free_port()  # connecting would raise OSError: the check comes first
+    for option in ("on_disconnect", "on_reconnect"):
+        for bad, why in ((waits, "not an async one"), ("print", "must be callable")):
+            with pytest.raises(TypeError) as info:
+                async with client.open_client(HOST, port, name="c", **{option: bad}):
+                    pass
+            assert str(info.value).startswith(option) and why in str(info.value)
+            with pytest.raises(TypeError) as info:
+                client.Client.connect(HOST, port, name="c", **{option: bad})
+            assert str(info.value).startswith(option) and why in str(info.value)
+
+
+@pytest.mark.trio
+async def test_on_disconnect_hears_of_a_lost_connection_once_and_not_of_closing(
+    broker: FakeBroker,
+) -> None:
+    heard: list[client.ConnectionLost] = []
+    async with connect(broker, on_disconnect=heard.append) as c:
+        await c.flush()
+        assert heard == []
+        await broker.link.stream.aclose()
+        with pytest.raises(client.ConnectionLost):
+            await c.flush()
+        await trio.testing.wait_all_tasks_blocked()
+        assert [type(e) for e in heard] == [client.ConnectionLost]
+        assert "closed the connection" in str(heard[0])
+    assert len(heard) == 1
+    async with connect(broker, "c2", on_disconnect=heard.append) as c:
+        await c.flush()
+    assert len(heard) == 1  # closed by its user: no loss to tell of
+
+
+@pytest.mark.trio
+async def test_on_disconnect_gets_the_brokers_error(broker: FakeBroker) -> None:
+    heard: list[client.ConnectionLost] = []
+    async with connect(broker, on_disconnect=heard.append) as c:
+        await c.flush()
+        await broker.link.send(Error("overloaded", "too many clients"))
+        with pytest.raises(client.BrokerError):
+            await c.ping()
+        await trio.testing.wait_all_tasks_blocked()
+    assert [(type(e), str(e)) for e in heard] == [
+        (client.BrokerError, "overloaded: too many clients")
+    ]
+
+
+@pytest.mark.trio
+async def test_an_exception_in_on_disconnect_leaves_the_block(broker: FakeBroker) -> None:
+    def fails(error: client.ConnectionLost) -> None:
+        raise RuntimeError("on_disconnect failed")
+
+    with trio.fail_after(10), pytest.raises(RuntimeError, match="on_disconnect failed"):
+        async with connect(broker, on_disconnect=fails) as c:
+            await c.flush()
+            await broker.link.stream.aclose()
+            await trio.sleep_forever()  # cancelled by the failing I/O task
+
+
+def test_blocking_on_disconnect_runs_in_the_io_thread(thread_broker: FakeBroker) -> None:
+    heard: queue.SimpleQueue[tuple[str, type]] = queue.SimpleQueue()
+
+    def on_disconnect(error: client.ConnectionLost) -> None:
+        heard.put((threading.current_thread().name, type(error)))
+
+    with client.Client.connect(
+        HOST, thread_broker.port, name="b1", on_disconnect=on_disconnect
+    ) as c:
+        c.flush()
+        thread_broker.call(thread_broker.link.stream.aclose)
+        assert heard.get(timeout=10) == ("hop-client-b1", client.ConnectionLost)
+    assert heard.empty()
+
+
+@pytest.mark.trio
+async def test_wait_closed_returns_once_another_task_closes_the_client(
+    broker: FakeBroker, nursery: trio.Nursery
+) -> None:
+    async with connect(broker) as c:
+
+        async def close_soon() -> None:
+            await trio.sleep(0.05)
+            await c.aclose()
+
+        nursery.start_soon(close_soon)
+        with trio.fail_after(10):
+            await c.wait_closed()
+        assert broker.kinds() == [Hello, Bye]
+
+
+@pytest.mark.trio
+async def test_wait_closed_raises_the_loss_that_ended_the_client(broker: FakeBroker) -> None:
+    async with connect(broker) as c:
+        await c.flush()
+        await broker.link.stream.aclose()
+        with trio.fail_after(10), pytest.raises(client.ConnectionLost) as lost:
+            await c.wait_closed()
+        assert not isinstance(lost.value, client.ClientClosed)
+
+
+@pytest.mark.trio
+async def test_a_handlers_exception_leaves_the_block_alone_from_wait_closed(
+    broker: FakeBroker, nursery: trio.Nursery
+) -> None:
+    def fails(delivery: client.Delivery) -> None:
+        raise RuntimeError("handler failed")
+
+    with trio.fail_after(10), pytest.raises(RuntimeError, match="handler failed"):
+        async with connect(broker) as c:
+            await c.subscribe("family = 7", handler=fails)
+
+            async def publish_soon() -> None:
+                await trio.sleep(0.05)  # once the block waits in wait_closed
+                await c.publish(EVENT)
+
+            nursery.start_soon(publish_soon)
+            await c.wait_closed()  # cancelled: not a ConnectionLost beside it
+
+
+def test_blocking_wait_closed_until_closed_elsewhere_or_timeout(thread_broker: FakeBroker) -> None:
+    with blocking(thread_broker) as c:
+        with pytest.raises(TimeoutError, match="still open"):
+            c.wait_closed(timeout=0.05)
+        closer = threading.Timer(0.05, c.close)
+        closer.start()
+        c.wait_closed(timeout=10)
+        closer.join()
+    assert thread_broker.kinds() == [Hello, Bye]
+
+
+def test_blocking_wait_closed_raises_a_handlers_exception_once(thread_broker: FakeBroker) -> None:
+    def fails(delivery: client.Delivery) -> None:
+        raise RuntimeError("handler failed")
+
+    with blocking(thread_broker) as c:
+        c.subscribe("family = 7", handler=fails)
+        c.publish(EVENT)
+        with pytest.raises(RuntimeError, match="handler failed"):
+            c.wait_closed(timeout=10)
+    # (close, leaving the block, raised nothing more)
+
+
+def test_blocking_wait_closed_raises_the_loss_that_ended_the_client(
+    thread_broker: FakeBroker,
+) -> None:
+    with blocking(thread_broker) as c:
+        c.flush()
+        thread_broker.call(thread_broker.link.stream.aclose)
+        with pytest.raises(client.ConnectionLost) as lost:
+            c.wait_closed(timeout=10)
+        assert not isinstance(lost.value, client.ClientClosed)
+        with pytest.raises(client.ConnectionLost):
+            c.publish(EVENT)
 
 
 @pytest.mark.trio

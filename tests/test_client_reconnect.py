@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import queue
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -242,6 +245,125 @@ def test_a_handler_keeps_getting_deliveries_across_reconnects(tmp_path: Path) ->
             nursery.cancel_scope.cancel()
 
     trio.run(scenario)
+
+
+def _one_broker(tmp_path: Path) -> tuple[Path, int]:
+    """A one-broker topology file and the broker's port."""
+    base = free_base_port(1)
+    file = tmp_path / "one.toml"
+    file.write_text(to_toml(chain(1, name="one", base_port=base)))
+    return file, base + 1
+
+
+def test_on_disconnect_and_on_reconnect_tell_of_each_cut(tmp_path: Path) -> None:
+    """Each cut is told once to ``on_disconnect`` (with why), then ``on_reconnect``
+    once the new connection is in use with the subscription renewed: an event
+    published after it arrives. Closing the client is no loss to tell of."""
+    file, port = _one_broker(tmp_path)
+    heard: list[tuple[str, Any]] = []
+    got: list[str] = []
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            proxy = Proxy(port)
+            await proxy.start(nursery)
+            async with (
+                running(file, 1, tmp_path / "logs"),
+                client.open_client(HOST, port, name="pub") as pub,
+                client.open_client(
+                    HOST, proxy.port, name="sub", reconnect=FAST,
+                    on_disconnect=lambda error: heard.append(("lost", error)),
+                    on_reconnect=lambda: heard.append(("back", sub.connected)),
+                ) as sub,
+            ):  # fmt: skip
+                await sub.subscribe("family = 1", handler=lambda d: got.append(d.event_id))
+                for cut in range(3):
+                    proxy.cut()
+
+                    async def back(cut: int = cut) -> bool:
+                        return len(heard) == 2 * (cut + 1)
+
+                    await until(back, what=f"on_reconnect after cut {cut}")
+                    event_id = await pub.publish({"family": 1, "cut": cut})
+
+                    async def arrived(event_id: str = event_id) -> bool:
+                        return event_id in got
+
+                    await until(arrived, what=f"the delivery after cut {cut}")
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
+    assert [(what, type(x)) for what, x in heard] == [
+        ("lost", client.ConnectionLost), ("back", bool)
+    ] * 3  # fmt: skip
+    assert [x for what, x in heard if what == "back"] == [True] * 3  # in use when told
+    assert got == ["pub:1", "pub:2", "pub:3"]
+
+
+def test_an_exception_in_on_reconnect_ends_the_client(tmp_path: Path) -> None:
+    file, port = _one_broker(tmp_path)
+
+    def fails() -> None:
+        raise RuntimeError("on_reconnect failed")
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            proxy = Proxy(port)
+            await proxy.start(nursery)
+            async with running(file, 1, tmp_path / "logs"):
+                with trio.fail_after(15), pytest.raises(RuntimeError, match="on_reconnect"):
+                    async with client.open_client(
+                        HOST, proxy.port, name="sub", reconnect=FAST, on_reconnect=fails
+                    ) as sub:
+                        proxy.cut()
+                        await trio.sleep_forever()  # cancelled by the failing I/O task
+                assert sub.reconnects == 1
+                with pytest.raises(client.ConnectionLost, match="on_reconnect failed"):
+                    await sub.ping()
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
+
+
+def test_blocking_callbacks_run_in_the_io_thread_and_may_publish(tmp_path: Path) -> None:
+    """A blocking client's ``on_disconnect`` and ``on_reconnect`` are called in its
+    I/O thread; ``on_reconnect`` publishing there reaches a subscriber."""
+    file, port = _one_broker(tmp_path)
+    heard: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
+    holder: list[client.Client] = []
+
+    def on_disconnect(error: client.ConnectionLost) -> None:
+        heard.put(("lost", threading.current_thread().name))
+
+    def on_reconnect() -> None:
+        heard.put(("back", threading.current_thread().name))
+        holder[0].publish({"family": 1, "back": True})
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            proxy = Proxy(port)
+            await proxy.start(nursery)
+            async with (
+                running(file, 1, tmp_path / "logs"),
+                client.open_client(HOST, port, name="sub") as sub_client,
+            ):
+                sub = await sub_client.subscribe("family = 1")
+                connect = partial(
+                    client.Client.connect, HOST, proxy.port, name="bpub", reconnect=FAST,
+                    on_disconnect=on_disconnect, on_reconnect=on_reconnect,
+                )  # fmt: skip
+                holder.append(await trio.to_thread.run_sync(connect))
+                try:
+                    proxy.cut()
+                    with trio.fail_after(15):
+                        assert await sub.next() == {"family": 1, "back": True}
+                finally:
+                    await trio.to_thread.run_sync(holder[0].close)
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
+    told = [heard.get_nowait() for _ in range(heard.qsize())]
+    assert told == [("lost", "hop-client-bpub"), ("back", "hop-client-bpub")]
 
 
 def test_publish_waits_for_the_connection_and_flush_reports_the_loss(
