@@ -37,7 +37,9 @@ the wall clock all processes share), and latency 1-to-1 at 500 events/s (each ev
 carries ``time.time_ns()`` taken just before its publish call; its latency is
 ``time.time_ns()`` when the subscriber's code has it, minus that; p50 and p99). Each
 process also reports its CPU time per event (user + system): a noisy machine blurs
-rates more than CPU times. Reported: medians over repetitions, with every sample.
+rates more than CPU times. Reported: medians over repetitions, with every sample,
+and for each target the ratio ours / baseline within each repetition (the two ran
+one after the other in it) with the number of repetitions ours won.
 
 Targets: hop-trio 1-to-1 and 1-to-4 at least mosquitto-gmqtt's rate and its p50 at
 500/s at most theirs; hop-blocking at least mosquitto-paho's rate.
@@ -693,15 +695,43 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def paired_ratios(
+    ours: list[dict[str, Any]], base: list[dict[str, Any]], path: tuple[str, str]
+) -> list[float]:
+    """Ours over the baseline's value at ``path``, per repetition both measured (the two
+    ran next to each other in it): what to compare on a host whose speed drifts from
+    one repetition to the next. Samples without their repetition are numbered in
+    order (result files written before it was recorded, which had no failed runs)."""
+
+    def by_rep(samples: list[dict[str, Any]]) -> dict[int, float]:
+        values = {}
+        for position, sample in enumerate(samples):
+            value = sample.get(path[0], {}).get(path[1])
+            if value is not None:
+                values[sample.get("repetition", position)] = value
+        return values
+
+    a, b = by_rep(ours), by_rep(base)
+    return [round(a[rep] / b[rep], 3) for rep in sorted(a.keys() & b.keys()) if b[rep]]
+
+
 def targets(systems: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each target with both values and whether it is met (None: not measured)."""
+    """Each target with both medians and whether they meet it (None: not measured),
+    and the ratio ours / baseline per repetition, with how many repetitions ours won."""
     out = []
     for what, ours, base, path, higher in TARGETS:
         a = systems.get(ours, {}).get(path[0], {}).get(path[1])
         b = systems.get(base, {}).get(path[0], {}).get(path[1])
         met = None if a is None or b is None else (a >= b if higher else a <= b)
+        ratios = paired_ratios(
+            systems.get(ours, {}).get("samples", []),
+            systems.get(base, {}).get("samples", []),
+            path,
+        )
+        won = sum(r >= 1 if higher else r <= 1 for r in ratios)
         out.append({"what": what, "ours": ours, "baseline": base, "ours_value": a,
-                    "baseline_value": b, "target_met": met})  # fmt: skip
+                    "baseline_value": b, "target_met": met, "ratios": ratios,
+                    "repetitions_won": won})  # fmt: skip
     return out
 
 
@@ -717,6 +747,7 @@ def run(names: list[str], settings: Settings, workdir: Path) -> dict[str, Any]:
                 errors.setdefault(system, []).append(f"rep {rep}: {type(exc).__name__}: {exc}")
                 print(f"bench: {system} rep {rep} failed: {exc}", file=sys.stderr, flush=True)
                 continue
+            result["repetition"] = rep
             samples[system].append(result)
             print(f"rep {rep} {system:16s} " + _line(result), file=sys.stderr, flush=True)
     summaries = {s: summarize(v) for s, v in samples.items() if v}
@@ -774,9 +805,16 @@ def table(result: dict[str, Any]) -> str:
     lines = ["\n".join(rows), ""]
     for t in result.get("targets", []):
         verdict = {True: "met", False: "NOT met", None: "not measured"}[t["target_met"]]
+        ratios = t.get("ratios") or []
+        paired = (
+            f" (per repetition {median(ratios):.2f}x, {min(ratios):.2f}-{max(ratios):.2f}; "
+            f"ours better in {t['repetitions_won']} of {len(ratios)})"
+            if ratios
+            else ""
+        )
         lines.append(
             f"- {t['ours']} {t['what']}: {cell(t['ours_value'])} vs {t['baseline']} "
-            f"{cell(t['baseline_value'])}: {verdict}"
+            f"{cell(t['baseline_value'])}: {verdict}{paired}"
         )
     settings = result.get("settings", {})
     lines.append(
@@ -802,7 +840,9 @@ def main(argv: list[str] | None = None) -> None:
         run_worker(Job(**json.loads(args.worker)), args.profile)
         return
     if args.table:
-        print(table(json.loads(args.table.read_text())))
+        result = json.loads(args.table.read_text())
+        result["targets"] = targets(result["systems"])  # (files before the paired ratios)
+        print(table(result))
         return
     from broker.process import unwind_on_sigterm
 

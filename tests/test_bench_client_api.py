@@ -89,8 +89,34 @@ def test_medians_targets_and_table() -> None:
     }
     table = client_api.table(result)
     assert "| hop-trio | 110 | 45 | 230 | 460 | - | 4.00 | 3.00 | 9.00 |" in table
-    assert "- hop-blocking 1-to-1 events/s: 30 vs mosquitto-paho 40: NOT met" in table
+    assert "- hop-blocking 1-to-1 events/s: 30 vs mosquitto-paho 40: NOT met (per" in table
     assert client_api.targets({})[0]["target_met"] is None  # not measured
+
+
+def test_targets_pair_the_repetitions_both_systems_ran() -> None:
+    ours = [_system((100.0, 50.0, 300.0)) | {"repetition": r} for r in (0, 1, 2)]
+    ours[1]["fanout1"]["events_per_s"] = 60.0  # a slow repetition of ours
+    base = [_system((80.0, 40.0, 200.0)) | {"repetition": r} for r in (0, 2, 3)]  # rep 1 failed
+    base[1]["latency_500"]["p50_us"] = 400.0
+    systems = {"hop-trio": client_api.summarize(ours),
+               "mosquitto-gmqtt": client_api.summarize(base)}  # fmt: skip
+    by_what = {t["what"]: t for t in client_api.targets(systems) if t["ours"] == "hop-trio"}
+    one, p50 = by_what["1-to-1 events/s"], by_what["p50 at 500/s"]
+    assert (one["ratios"], one["repetitions_won"]) == ([1.25, 1.25], 2)  # reps 0 and 2
+    assert (p50["ratios"], p50["repetitions_won"]) == ([1.5, 0.75], 1)  # lower is better
+    result = {"systems": systems, "targets": client_api.targets(systems), "settings": {}}
+    assert (
+        "- hop-trio p50 at 500/s: 300 vs mosquitto-gmqtt 200: NOT met "
+        "(per repetition 1.12x, 0.75-1.50; ours better in 1 of 2)"
+    ) in client_api.table(result)
+
+    def legacy(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:  # numbered in order
+        return [{k: v for k, v in run.items() if k != "repetition"} for run in runs]
+
+    ratios = client_api.paired_ratios(
+        legacy(ours[:2]), legacy(base[:2]), ("fanout1", "events_per_s")
+    )
+    assert ratios == [1.25, 0.75]
 
 
 @pytest.mark.integration
