@@ -27,6 +27,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = ("routing", "topologies", "broker", "client", "monitor", "hop", "bench")
+TYPED = ("routing", "topologies", "broker", "client", "monitor", "hop")  # the libraries
 
 
 def _packages() -> set[str]:
@@ -70,6 +71,7 @@ def test_the_wheel_holds_every_package_and_the_shipped_topologies(wheel: Path) -
     shipped = {p.name for p in (REPO / "topologies").glob("*.toml")}
     assert shipped and {f"topologies/{n}" for n in shipped} <= names
     assert not any(n.startswith("tests/") for n in names)
+    assert {f"{layer}/py.typed" for layer in TYPED} <= names  # PEP 561: annotations read
 
 
 def test_every_third_party_import_is_a_declared_dependency() -> None:
@@ -104,21 +106,82 @@ def test_every_third_party_import_is_a_declared_dependency() -> None:
     assert not undeclared, f"imported but not in [project] dependencies: {undeclared}"
 
 
-@pytest.mark.integration
-def test_the_installed_hop_runs_the_pipeline_from_outside_the_checkout(
-    wheel: Path, tmp_path: Path
-) -> None:
-    venv = tmp_path / "venv"
-    made = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path)
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A virtual environment with the wheel installed (see the module doc)."""
+    venv = tmp_path_factory.mktemp("installed") / "venv"
+    made = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], venv.parent)
     assert made.returncode == 0, made.stderr
     python = venv / "bin" / "python"
     install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps"]
-    installed = _run([*install, "--quiet", str(wheel)], tmp_path)
+    installed = _run([*install, "--quiet", str(wheel)], venv.parent)
     assert installed.returncode == 0, installed.stderr
     purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    site = Path(_run([str(python), "-c", purelib], tmp_path).stdout.strip())
+    site = Path(_run([str(python), "-c", purelib], venv.parent).stdout.strip())
     (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv
 
+
+USER_CODE = """
+import client
+from routing import covers, parse_filter
+
+
+def script() -> None:
+    with client.Client.connect("127.0.0.1", 7304, name="sub-1", reconnect=True) as c:
+        sub = c.subscribe("family = 7 and price < 120.5")
+        event_id: str = c.publish({"type": "callForOffers", "family": 7, "price": 99.0})
+        delivery: client.Delivery = sub.next_delivery(timeout=1.0)
+        published_ns: int = delivery.t_publish_ns
+        c.subscribe("family = 8", handler=lambda d: print(d.attributes))
+        round_trip_s: float = c.ping()
+        c.unsubscribe(sub)
+        c.wait_closed(timeout=1.0)
+
+
+async def task() -> None:
+    async with client.open_client(
+        "127.0.0.1", 7304, name="sub-2", on_disconnect=print, on_reconnect=lambda: None
+    ) as c:
+        sub = await c.subscribe("family = 7")
+        async for event in sub:
+            print(event["family"])
+        batch: list[client.Delivery] = await sub.next_batch()
+        ids: list[str] = await c.publish_many([{"family": 1}])
+
+
+matches: bool = parse_filter("family = 7").matches({"family": 7})
+covered: bool = covers(parse_filter("price > 3"), parse_filter("price > 5"))
+"""
+
+
+@pytest.mark.integration
+def test_a_users_code_is_type_checked_against_the_installed_libraries(
+    venv: Path, tmp_path: Path
+) -> None:
+    """mypy reads the installed wheel's annotations (its py.typed markers): a user's
+    code that uses the client API as documented passes, and a misuse is reported."""
+    good = tmp_path / "good.py"
+    good.write_text(USER_CODE)
+    bad = tmp_path / "bad.py"
+    bad.write_text(USER_CODE + 'wrong: int = client.Client.connect("h", 1, name="n").ping()\n')
+    mypy = [sys.executable, "-m", "mypy", "--python-executable", str(venv / "bin" / "python")]
+    mypy += ["--no-incremental", "--strict-optional"]
+    checked = _run([*mypy, str(good)], tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "Success" in checked.stdout
+    refused = _run([*mypy, str(bad)], tmp_path)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    line = len(USER_CODE.splitlines()) + 1
+    wrong = f'bad.py:{line}: error: Incompatible types in assignment (expression has type "float"'
+    assert wrong in refused.stdout, refused.stdout
+
+
+@pytest.mark.integration
+def test_the_installed_hop_runs_the_pipeline_from_outside_the_checkout(
+    venv: Path, tmp_path: Path
+) -> None:
+    python = venv / "bin" / "python"
     work = tmp_path / "elsewhere"
     work.mkdir()
     where = _run([str(python), "-c", "import hop, monitor.analysis; print(hop.__file__)"], work)
