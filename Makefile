@@ -29,6 +29,7 @@ demo: $(STAMP)
 # skips them instead (docs/testing.md).
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -m "not slow" --durations=15
 
@@ -37,6 +38,7 @@ soak: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
 bench: $(STAMP)

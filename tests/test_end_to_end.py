@@ -44,6 +44,7 @@ REPLAY_S, WARMUP_S = 3.0, 0.5
 # a replay of a few seconds at base5 publishes each of them many times.
 FREQUENT = {"statInfoSM", "inventoryInfo", "order", "orderConf", "callForOffers"}
 
+
 def _ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
     assert result.returncode == 0, f"{result.args}\n{result.stderr[-3000:]}"
     return result

@@ -159,9 +159,7 @@ def test_a_client_process_killed_mid_run_is_named_and_nothing_is_left(tmp_path: 
 def test_a_host_whose_launcher_fails_is_named(tmp_path: Path) -> None:
     path, _ = small_study(tmp_path, "hierarchical")
     away = HostSpec("10.255.255.1", "away", launcher="false {command}")
-    deployment = Deployment(
-        hosts={away.address: away}, processes=(ProcessSpec("away", (1,), ()),)
-    )
+    deployment = Deployment(hosts={away.address: away}, processes=(ProcessSpec("away", (1,), ()),))
     path = _with_deployment(path, deployment)
     done = _hop("replay", str(path), "--out", str(tmp_path / "run"), "--quiet")
     assert done.returncode == 1
@@ -170,9 +168,7 @@ def test_a_host_whose_launcher_fails_is_named(tmp_path: Path) -> None:
 
 
 def _hop(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*HOP, *args], capture_output=True, text=True, timeout=180, check=False
-    )
+    return subprocess.run([*HOP, *args], capture_output=True, text=True, timeout=180, check=False)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -204,4 +200,3 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
-
