@@ -514,6 +514,7 @@ class AsyncClient:
         self._conn_lost = False  # the current connection is ending (reconnecting only)
         self._loss: ConnectionLost | None = None  # why it ended, once it did
         self._welcomed = False
+        self._opened = False  # the first handshake completed (`open_client` returned it)
         self._losses = 0  # connections lost, and how many of them `flush` reported
         self._flushed_losses = 0
         self._heard = time.monotonic()  # when data last came from the broker
@@ -879,7 +880,8 @@ class AsyncClient:
                         break
                     self._disconnected(self._loss or ConnectionLost("the connection ended"))
                     await self._reconnect()
-            if not isinstance(self._failure, ClientClosed | None):  # not closed by its user
+            # (not for a client its user closed, nor one `open_client` did not return)
+            if self._opened and not isinstance(self._failure, ClientClosed | None):
                 self._disconnected(self._failure)
         except Exception as exc:  # a handler's or callback's: it ends the client
             cause = (_sole_exception(exc) if isinstance(exc, BaseExceptionGroup) else exc) or exc
@@ -945,6 +947,7 @@ class AsyncClient:
         """Say Hello, wait for Welcome; then calls may use the connection."""
         self._hello = hello
         await self._request(hello, (Welcome, 0), internal=True)
+        self._opened = True
         self._ready.set()
 
     async def _restore(self) -> None:

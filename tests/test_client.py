@@ -677,6 +677,23 @@ async def test_on_disconnect_hears_of_a_lost_connection_once_and_not_of_closing(
 
 
 @pytest.mark.trio
+async def test_on_disconnect_is_not_told_of_a_connection_open_client_refused(
+    broker: FakeBroker,
+) -> None:
+    heard: list[client.ConnectionLost] = []
+    broker.refuse = Error("auth", "no such secret")
+    with pytest.raises(client.BrokerError, match="no such secret"):
+        async with connect(broker, on_disconnect=heard.append):
+            pass
+    broker.refuse, broker.answer_hello = None, False
+    with pytest.raises(TimeoutError):
+        async with connect(broker, "c2", timeout=0.2, on_disconnect=heard.append):
+            pass
+    await trio.testing.wait_all_tasks_blocked()
+    assert heard == []  # open_client's exception says it
+
+
+@pytest.mark.trio
 async def test_on_disconnect_gets_the_brokers_error(broker: FakeBroker) -> None:
     heard: list[client.ConnectionLost] = []
     async with connect(broker, on_disconnect=heard.append) as c:
