@@ -32,8 +32,27 @@ def short_revision(checkout: Path) -> str:
         return ""
 
 
+def modified_files(checkout: Path) -> list[str] | None:
+    """The tracked files of ``checkout`` that differ from its revision (None when git
+    cannot say): numbers measured with them came from code the revision does not hold."""
+    try:
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=checkout,
+        )
+    except OSError:
+        return None
+    if status.returncode != 0:
+        return None
+    return [line[3:] for line in status.stdout.splitlines()]
+
+
 def machine_info() -> dict[str, Any]:
-    """What the numbers were measured on."""
+    """What the numbers were measured on (the code: its revision, and the files that
+    differed from it when the result was written)."""
     revision = short_revision(Path(__file__).parent)
     return {
         "host": platform.node(),
@@ -46,6 +65,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "git_revision": revision or None,
+        "git_modified": modified_files(REPO),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 

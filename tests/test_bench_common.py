@@ -1,0 +1,39 @@
+"""bench.common: a result names the code it measured, and the files that differed
+from that code's revision."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from bench.common import machine_info, modified_files, short_revision
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_a_checkout_names_its_revision_and_its_modified_files(tmp_path: Path) -> None:
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "kept.py").write_text("a = 1\n")
+    (tmp_path / "changed.py").write_text("b = 1\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    assert short_revision(tmp_path) == _git(tmp_path, "rev-parse", "--short", "HEAD")
+    assert modified_files(tmp_path) == []
+    (tmp_path / "changed.py").write_text("b = 2\n")
+    (tmp_path / "untracked.py").write_text("c = 1\n")  # not the revision's code either way
+    assert modified_files(tmp_path) == ["changed.py"]
+
+
+def test_outside_a_checkout_git_cannot_say(tmp_path: Path) -> None:
+    assert short_revision(tmp_path) == ""
+    assert modified_files(tmp_path) is None
+
+
+def test_every_result_records_the_modified_files() -> None:
+    info = machine_info()
+    assert info["git_revision"]
+    assert isinstance(info["git_modified"], list)
