@@ -204,93 +204,87 @@ def test_many_forced_reconnects_leave_no_duplicate_subscriptions(
     trio.run(scenario)
 
 
+@asynccontextmanager
+async def proxied_broker(tmp_path: Path) -> AsyncIterator[tuple[int, Proxy]]:
+    """One broker running, and a proxy in front of it: (the broker's port, the proxy)."""
+    base = free_base_port(1)
+    file = tmp_path / "one.toml"
+    file.write_text(to_toml(chain(1, name="one", base_port=base)))
+    async with trio.open_nursery() as nursery:
+        proxy = Proxy(base + 1)
+        await proxy.start(nursery)
+        async with running(file, 1, tmp_path / "logs"):
+            yield base + 1, proxy
+        nursery.cancel_scope.cancel()
+
+
 def test_a_handler_keeps_getting_deliveries_across_reconnects(tmp_path: Path) -> None:
     """A subscription with a handler is subscribed again on each new connection, and
     its handler (the same) gets what is published once it is back."""
-    base = free_base_port(1)
-    file = tmp_path / "one.toml"
-    file.write_text(to_toml(chain(1, name="one", base_port=base)))
 
     async def scenario() -> None:
-        async with trio.open_nursery() as nursery:
-            proxy = Proxy(base + 1)
-            await proxy.start(nursery)
-            got: list[str] = []
-            async with (
-                running(file, 1, tmp_path / "logs"),
-                client.open_client(HOST, base + 1, name="pub") as pub,
-                client.open_client(HOST, proxy.port, name="sub", reconnect=FAST) as sub,
-            ):
-                await sub.subscribe("family = 1", handler=lambda d: got.append(d.event_id))
-                for cut in range(3):
-                    event_id = await pub.publish({"family": 1, "cut": cut})
+        got: list[str] = []
+        async with (
+            proxied_broker(tmp_path) as (port, proxy),
+            client.open_client(HOST, port, name="pub") as pub,
+            client.open_client(HOST, proxy.port, name="sub", reconnect=FAST) as sub,
+        ):
+            await sub.subscribe("family = 1", handler=lambda d: got.append(d.event_id))
+            for cut in range(3):
+                event_id = await pub.publish({"family": 1, "cut": cut})
 
-                    async def arrived(event_id: str = event_id) -> bool:
-                        return event_id in got
+                async def arrived(event_id: str = event_id) -> bool:
+                    return event_id in got
 
-                    await until(arrived, what=f"delivery {cut} to the handler")
-                    proxy.cut()
+                await until(arrived, what=f"delivery {cut} to the handler")
+                proxy.cut()
 
-                    async def back(cut: int = cut) -> bool:
-                        return sub.connected and sub.reconnects == cut + 1
+                async def back(cut: int = cut) -> bool:
+                    return sub.connected and sub.reconnects == cut + 1
 
-                    await until(back, what=f"reconnection after cut {cut}")
-                last = await pub.publish({"family": 1, "cut": 3})
+                await until(back, what=f"reconnection after cut {cut}")
+            last = await pub.publish({"family": 1, "cut": 3})
 
-                async def last_arrived() -> bool:
-                    return last in got
+            async def last_arrived() -> bool:
+                return last in got
 
-                await until(last_arrived, what="the last delivery")
-                assert got == [f"pub:{n}" for n in range(1, 5)]
-            nursery.cancel_scope.cancel()
+            await until(last_arrived, what="the last delivery")
+            assert got == [f"pub:{n}" for n in range(1, 5)]
 
     trio.run(scenario)
-
-
-def _one_broker(tmp_path: Path) -> tuple[Path, int]:
-    """A one-broker topology file and the broker's port."""
-    base = free_base_port(1)
-    file = tmp_path / "one.toml"
-    file.write_text(to_toml(chain(1, name="one", base_port=base)))
-    return file, base + 1
 
 
 def test_on_disconnect_and_on_reconnect_tell_of_each_cut(tmp_path: Path) -> None:
     """Each cut is told once to ``on_disconnect`` (with why), then ``on_reconnect``
     once the new connection is in use with the subscription renewed: an event
     published after it arrives. Closing the client is no loss to tell of."""
-    file, port = _one_broker(tmp_path)
     heard: list[tuple[str, Any]] = []
     got: list[str] = []
 
     async def scenario() -> None:
-        async with trio.open_nursery() as nursery:
-            proxy = Proxy(port)
-            await proxy.start(nursery)
-            async with (
-                running(file, 1, tmp_path / "logs"),
-                client.open_client(HOST, port, name="pub") as pub,
-                client.open_client(
-                    HOST, proxy.port, name="sub", reconnect=FAST,
-                    on_disconnect=lambda error: heard.append(("lost", error)),
-                    on_reconnect=lambda: heard.append(("back", sub.connected)),
-                ) as sub,
-            ):  # fmt: skip
-                await sub.subscribe("family = 1", handler=lambda d: got.append(d.event_id))
-                for cut in range(3):
-                    proxy.cut()
+        async with (
+            proxied_broker(tmp_path) as (port, proxy),
+            client.open_client(HOST, port, name="pub") as pub,
+            client.open_client(
+                HOST, proxy.port, name="sub", reconnect=FAST,
+                on_disconnect=lambda error: heard.append(("lost", error)),
+                on_reconnect=lambda: heard.append(("back", sub.connected)),
+            ) as sub,
+        ):  # fmt: skip
+            await sub.subscribe("family = 1", handler=lambda d: got.append(d.event_id))
+            for cut in range(3):
+                proxy.cut()
 
-                    async def back(cut: int = cut) -> bool:
-                        return len(heard) == 2 * (cut + 1)
+                async def back(cut: int = cut) -> bool:
+                    return len(heard) == 2 * (cut + 1)
 
-                    await until(back, what=f"on_reconnect after cut {cut}")
-                    event_id = await pub.publish({"family": 1, "cut": cut})
+                await until(back, what=f"on_reconnect after cut {cut}")
+                event_id = await pub.publish({"family": 1, "cut": cut})
 
-                    async def arrived(event_id: str = event_id) -> bool:
-                        return event_id in got
+                async def arrived(event_id: str = event_id) -> bool:
+                    return event_id in got
 
-                    await until(arrived, what=f"the delivery after cut {cut}")
-            nursery.cancel_scope.cancel()
+                await until(arrived, what=f"the delivery after cut {cut}")
 
     trio.run(scenario)
     assert [(what, type(x)) for what, x in heard] == [
@@ -301,26 +295,20 @@ def test_on_disconnect_and_on_reconnect_tell_of_each_cut(tmp_path: Path) -> None
 
 
 def test_an_exception_in_on_reconnect_ends_the_client(tmp_path: Path) -> None:
-    file, port = _one_broker(tmp_path)
-
     def fails() -> None:
         raise RuntimeError("on_reconnect failed")
 
     async def scenario() -> None:
-        async with trio.open_nursery() as nursery:
-            proxy = Proxy(port)
-            await proxy.start(nursery)
-            async with running(file, 1, tmp_path / "logs"):
-                with trio.fail_after(15), pytest.raises(RuntimeError, match="on_reconnect"):
-                    async with client.open_client(
-                        HOST, proxy.port, name="sub", reconnect=FAST, on_reconnect=fails
-                    ) as sub:
-                        proxy.cut()
-                        await trio.sleep_forever()  # cancelled by the failing I/O task
-                assert sub.reconnects == 1
-                with pytest.raises(client.ConnectionLost, match="on_reconnect failed"):
-                    await sub.ping()
-            nursery.cancel_scope.cancel()
+        async with proxied_broker(tmp_path) as (_, proxy):
+            with trio.fail_after(15), pytest.raises(RuntimeError, match="on_reconnect"):
+                async with client.open_client(
+                    HOST, proxy.port, name="sub", reconnect=FAST, on_reconnect=fails
+                ) as sub:
+                    proxy.cut()
+                    await trio.sleep_forever()  # cancelled by the failing I/O task
+            assert sub.reconnects == 1
+            with pytest.raises(client.ConnectionLost, match="on_reconnect failed"):
+                await sub.ping()
 
     trio.run(scenario)
 
@@ -328,7 +316,6 @@ def test_an_exception_in_on_reconnect_ends_the_client(tmp_path: Path) -> None:
 def test_blocking_callbacks_run_in_the_io_thread_and_may_publish(tmp_path: Path) -> None:
     """A blocking client's ``on_disconnect`` and ``on_reconnect`` are called in its
     I/O thread; ``on_reconnect`` publishing there reaches a subscriber."""
-    file, port = _one_broker(tmp_path)
     heard: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
     holder: list[client.Client] = []
 
@@ -340,26 +327,22 @@ def test_blocking_callbacks_run_in_the_io_thread_and_may_publish(tmp_path: Path)
         holder[0].publish({"family": 1, "back": True})
 
     async def scenario() -> None:
-        async with trio.open_nursery() as nursery:
-            proxy = Proxy(port)
-            await proxy.start(nursery)
-            async with (
-                running(file, 1, tmp_path / "logs"),
-                client.open_client(HOST, port, name="sub") as sub_client,
-            ):
-                sub = await sub_client.subscribe("family = 1")
-                connect = partial(
-                    client.Client.connect, HOST, proxy.port, name="bpub", reconnect=FAST,
-                    on_disconnect=on_disconnect, on_reconnect=on_reconnect,
-                )  # fmt: skip
-                holder.append(await trio.to_thread.run_sync(connect))
-                try:
-                    proxy.cut()
-                    with trio.fail_after(15):
-                        assert await sub.next() == {"family": 1, "back": True}
-                finally:
-                    await trio.to_thread.run_sync(holder[0].close)
-            nursery.cancel_scope.cancel()
+        async with (
+            proxied_broker(tmp_path) as (port, proxy),
+            client.open_client(HOST, port, name="sub") as sub_client,
+        ):
+            sub = await sub_client.subscribe("family = 1")
+            connect = partial(
+                client.Client.connect, HOST, proxy.port, name="bpub", reconnect=FAST,
+                on_disconnect=on_disconnect, on_reconnect=on_reconnect,
+            )  # fmt: skip
+            holder.append(await trio.to_thread.run_sync(connect))
+            try:
+                proxy.cut()
+                with trio.fail_after(15):
+                    assert await sub.next() == {"family": 1, "back": True}
+            finally:
+                await trio.to_thread.run_sync(holder[0].close)
 
     trio.run(scenario)
     told = [heard.get_nowait() for _ in range(heard.qsize())]
