@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import matching, mqtt, throughput, tracing_overhead, tree15, wakeup
-from bench.common import lookup, write_result
+from bench.common import write_result
+from bench.targets import targets
 from broker.process import unwind_on_sigterm
 
 NAMES = (
@@ -116,88 +117,6 @@ def fanout(
     return {**throughput.fanout_sections(measured), **mqtt.sections(measured, mqtt_names)}
 
 
-def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The targets (docs/performance.md): each with the measured value, its limit and ``target_met``
-    (None when not measured in this run). The amqtt ratios are taken against the bare
-    amqtt broker (no filler subscriptions, as in the anchors of `bench.table`), the stricter
-    comparison; the ratio against amqtt holding the same 1000 subscriptions as ours is
-    given beside it. The slow-subscriber limit (50 MB) is this benchmark's own reading
-    of "bounded": the broker's queue holds 4096 frames of ~1.1 KB."""
-
-    def target(
-        name: str,
-        description: str,
-        value: float | None,
-        limit: float,
-        at_least: bool,
-        **context: Any,
-    ) -> dict[str, Any]:
-        met = None if value is None else (value >= limit if at_least else value < limit)
-        return {
-            "name": name,
-            "description": description,
-            "value": value,
-            "limit": limit,
-            "target_met": met,
-            **context,
-        }
-
-    def vs_amqtt(fanout: int) -> dict[str, Any]:
-        return target(
-            f"hop_1to{fanout}_vs_amqtt",
-            f"hop 1-to-{fanout} events/s over amqtt's (bare), at least 10x",
-            lookup(results, "amqtt", "hop_over_amqtt_bare", f"fanout{fanout}", "events_per_s"),
-            10.0,
-            True,
-            value_with_1000_subscriptions=lookup(
-                results, "amqtt", "hop_over_amqtt", f"fanout{fanout}", "events_per_s"
-            ),
-        )
-
-    return [
-        vs_amqtt(1),
-        target(
-            "hop_1to1_vs_relay",
-            "hop 1-to-1 events/s over the relay's (link), at least 0.2",
-            lookup(results, "hop", "ratio_to_link", "fanout1", "events_per_s"),
-            0.2,
-            True,
-        ),
-        vs_amqtt(4),
-        target(
-            "hop_latency_500_vs_relay",
-            "hop 1-to-1 latency p50 at 500 events/s over the relay's, at most 1.5",
-            lookup(results, "hop", "ratio_to_link", "fanout1", "latency_500_p50"),
-            1.5,
-            False,
-        ),
-        target(
-            "chain_per_hop_us",
-            "chain of 5 brokers: added latency per broker hop (median, us), under 150",
-            lookup(results, "chain", "hop", "per_hop_us"),
-            150.0,
-            False,
-            value_with_cpus_kept_awake=lookup(
-                results, "chain", "cpus_kept_awake", "hop", "per_hop_us"
-            ),
-        ),
-        target(
-            "memory_100k_subscriptions_mb",
-            "broker RSS (MB) holding 100k subscriptions, under 300",
-            lookup(results, "memory", "subscriptions", "rss_mb"),
-            300.0,
-            False,
-        ),
-        target(
-            "memory_slow_subscriber_growth_mb",
-            "broker RSS growth (MB) under a slow subscriber, under 50 (bounded)",
-            lookup(results, "memory", "slow_subscriber", "rss_growth_mb"),
-            throughput.SLOW_GROWTH_LIMIT_MB,
-            False,
-        ),
-    ]
-
-
 def result_name(text: str) -> str:
     """``--name``: a file name stem of letters, digits, '-' and '_' (not a path)."""
     if not re.fullmatch(r"[A-Za-z0-9_-]+", text):
@@ -269,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     for t in checked:
         verdict = {True: "met", False: "MISSED", None: "not measured"}[t["target_met"]]
-        print(f"target {t['name']}: {t['value']} (limit {t['limit']}): {verdict}")
+        ratios = t.get("per_repetition") or []
+        paired = f", met in {t['repetitions_met']} of {len(ratios)} repetitions" if ratios else ""
+        print(f"target {t['name']}: {t['value']} (limit {t['limit']}): {verdict}{paired}")
     for name, why in run.skipped.items():
         print(f"skipped {name}: {why}")
     for name, error in run.errors.items():

@@ -68,7 +68,7 @@ from typing import Any
 import msgpack
 import trio
 
-from bench.common import REPO, median, write_result
+from bench.common import REPO, lookup, median, paired_ratios, write_result
 from bench.throughput import (
     HOST,
     MATCHING_FILTER,
@@ -695,26 +695,6 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def paired_ratios(
-    ours: list[dict[str, Any]], base: list[dict[str, Any]], path: tuple[str, str]
-) -> list[float]:
-    """Ours over the baseline's value at ``path``, per repetition both measured (the two
-    ran next to each other in it): what to compare on a host whose speed drifts from
-    one repetition to the next. Samples without their repetition are numbered in
-    order (result files written before it was recorded, which had no failed runs)."""
-
-    def by_rep(samples: list[dict[str, Any]]) -> dict[int, float]:
-        values = {}
-        for position, sample in enumerate(samples):
-            value = sample.get(path[0], {}).get(path[1])
-            if value is not None:
-                values[sample.get("repetition", position)] = value
-        return values
-
-    a, b = by_rep(ours), by_rep(base)
-    return [round(a[rep] / b[rep], 3) for rep in sorted(a.keys() & b.keys()) if b[rep]]
-
-
 def targets(systems: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target with both medians and whether they meet it (None: not measured),
     and the ratio ours / baseline per repetition, with how many repetitions ours won."""
@@ -726,7 +706,7 @@ def targets(systems: dict[str, Any]) -> list[dict[str, Any]]:
         ratios = paired_ratios(
             systems.get(ours, {}).get("samples", []),
             systems.get(base, {}).get("samples", []),
-            path,
+            lambda sample, path=path: lookup(sample, *path),
         )
         won = sum(r >= 1 if higher else r <= 1 for r in ratios)
         out.append({"what": what, "ours": ours, "baseline": base, "ours_value": a,

@@ -119,6 +119,29 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def paired_ratios(
+    ours: list[dict[str, Any]],
+    base: list[dict[str, Any]],
+    value: Callable[[dict[str, Any]], float | None],
+) -> list[float]:
+    """``value`` of ours over the baseline's, per repetition both measured (the two ran
+    next to each other in it): what to compare on a host whose speed drifts from one
+    repetition to the next. Runs are paired by their ``repetition``; runs without one
+    are numbered in order (result files written before it was recorded, which kept
+    every repetition)."""
+
+    def by_rep(runs: list[dict[str, Any]]) -> dict[int, float]:
+        values = {}
+        for position, run in enumerate(runs):
+            measured = value(run)
+            if measured is not None:
+                values[run.get("repetition", position)] = measured
+        return values
+
+    a, b = by_rep(ours), by_rep(base)
+    return [round(a[rep] / b[rep], 3) for rep in sorted(a.keys() & b.keys()) if b[rep]]
+
+
 def write_result(name: str, result: dict[str, Any], out: Path | None = None) -> Path:
     """Write `result` (with machine facts) as JSON to bench/results/NAME.json."""
     path = out or RESULTS_DIR / f"{name}.json"

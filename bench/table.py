@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS_DIR, lookup
+from bench.targets import targets
 
 # The anchors (2 cores, 150-byte events, 1 -> 1, raw socket clients, measured when
 # the targets were set): what a baseline reached there, to compare with what it reaches here.
@@ -132,10 +134,21 @@ def render(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|",
     ]
     lines += ["| " + " | ".join(row) + " |" for row in rows(result.get("results", {}))]
-    lines += ["", "| target | value | limit | met |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "| target | value | limit | met | per repetition: ratio (range), met in |",
+        "|---|---|---|---|---|",
+    ]
     for t in result.get("targets", []):
         met = {True: "yes", False: "**no**", None: "not measured"}[t["target_met"]]
-        lines.append(f"| {t['description']} | {t['value']} | {t['limit']} | {met} |")
+        ratios = t.get("per_repetition") or []
+        paired = (
+            f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}), "
+            f"{t['repetitions_met']} of {len(ratios)}"
+            if ratios
+            else ""
+        )
+        lines.append(f"| {t['description']} | {t['value']} | {t['limit']} | {met} | {paired} |")
     return "\n".join(lines)
 
 
@@ -143,7 +156,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("result", nargs="?", type=Path, default=RESULTS_DIR / "latest.json")
     args = parser.parse_args(argv)
-    print(render(json.loads(args.result.read_text())))
+    result = json.loads(args.result.read_text())
+    if "results" in result:  # (the targets of files written before a change to them)
+        result["targets"] = targets(result["results"])
+    print(render(result))
 
 
 if __name__ == "__main__":

@@ -622,6 +622,7 @@ def compare_fanout(
                 system.start(workdir)
                 for fanout in FANOUTS:
                     result = trio.run(fanout_run, system, fanout, settings)
+                    result["repetition"] = rep
                     runs[system.name][fanout].append(result)
                     sat, low = result["saturation"], result["latency_500"]
                     print(

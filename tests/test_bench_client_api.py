@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from bench import client_api
+from bench.common import lookup, paired_ratios
 
 
 def _run(rate: float, events_per_s: float, p50: float | None = None) -> dict[str, Any]:
@@ -113,8 +114,8 @@ def test_targets_pair_the_repetitions_both_systems_ran() -> None:
     def legacy(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:  # numbered in order
         return [{k: v for k, v in run.items() if k != "repetition"} for run in runs]
 
-    ratios = client_api.paired_ratios(
-        legacy(ours[:2]), legacy(base[:2]), ("fanout1", "events_per_s")
+    ratios = paired_ratios(
+        legacy(ours[:2]), legacy(base[:2]), lambda run: lookup(run, "fanout1", "events_per_s")
     )
     assert ratios == [1.25, 0.75]
 
