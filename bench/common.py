@@ -53,7 +53,7 @@ def modified_files(checkout: Path) -> list[str] | None:
 def machine_info() -> dict[str, Any]:
     """What the numbers were measured on (the code: its revision, and the files that
     differed from it when the result was written)."""
-    revision = short_revision(Path(__file__).parent)
+    revision = short_revision(REPO)
     return {
         "host": platform.node(),
         "cpus": os.cpu_count(),

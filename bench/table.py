@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS_DIR, lookup
+from bench.common import RESULTS_DIR, lookup, median
 from bench.targets import targets
 
 # The anchors (2 cores, 150-byte events, 1 -> 1, raw socket clients, measured when
@@ -143,7 +142,7 @@ def render(result: dict[str, Any]) -> str:
         met = {True: "yes", False: "**no**", None: "not measured"}[t["target_met"]]
         ratios = t.get("per_repetition") or []
         paired = (
-            f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}), "
+            f"{median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}), "
             f"{t['repetitions_met']} of {len(ratios)}"
             if ratios
             else ""

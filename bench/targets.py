@@ -10,6 +10,9 @@ from typing import Any
 from bench import throughput
 from bench.common import lookup, paired_ratios
 
+HOP_RUNS = ("hop", "fanout1", "runs")  # the 1-to-1 runs of ours and of the relay
+RELAY_RUNS = ("link", "fanout1", "runs")
+
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target: the measured value, its limit and ``target_met`` (None when not
@@ -26,31 +29,33 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         value: float | None,
         limit: float,
         at_least: bool,
+        paired: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None = None,
         **context: Any,
     ) -> dict[str, Any]:
-        met = None if value is None else (value >= limit if at_least else value < limit)
-        return {
+        """``paired``: for a ratio, where ours and the baseline's runs are in the results
+        and what of each run the ratio is of; its ratio in each repetition is then
+        judged against ``limit`` too."""
+
+        def meets(x: float) -> bool:
+            return x >= limit if at_least else x < limit
+
+        out = {
             "name": name,
             "description": description,
             "value": value,
             "limit": limit,
-            "target_met": met,
+            "target_met": None if value is None else meets(value),
             **context,
         }
-
-    def per_repetition(
-        ours: tuple[str, ...], base: tuple[str, ...], measure: tuple[str, ...], limit: float,
-        at_least: bool,
-    ) -> dict[str, Any]:  # fmt: skip
-        """The ratio ours / baseline of ``measure`` in each repetition (runs at ``ours``
-        and ``base`` in the results), and in how many of them it met ``limit``."""
-        ratios = paired_ratios(
-            lookup(results, *ours) or [],
-            lookup(results, *base) or [],
-            lambda run: lookup(run, *measure),
-        )
-        met = sum(r >= limit if at_least else r < limit for r in ratios)
-        return {"per_repetition": ratios, "repetitions_met": met}
+        if paired is not None:
+            ours, base, measure = paired
+            ratios = paired_ratios(
+                lookup(results, *ours) or [],
+                lookup(results, *base) or [],
+                lambda run: lookup(run, *measure),
+            )
+            out |= {"per_repetition": ratios, "repetitions_met": sum(map(meets, ratios))}
+        return out
 
     def vs_amqtt(fanout: int) -> dict[str, Any]:
         runs = f"fanout{fanout}", "runs"
@@ -63,9 +68,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             value_with_1000_subscriptions=lookup(
                 results, "amqtt", "hop_over_amqtt", f"fanout{fanout}", "events_per_s"
             ),
-            **per_repetition(
-                ("hop", *runs), ("amqtt", "bare", *runs), ("saturation", "events_per_s"), 10.0, True
-            ),  # fmt: skip
+            paired=(("hop", *runs), ("amqtt", "bare", *runs), ("saturation", "events_per_s")),
         )
 
     return [
@@ -76,13 +79,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             lookup(results, "hop", "ratio_to_link", "fanout1", "events_per_s"),
             0.2,
             True,
-            **per_repetition(
-                ("hop", "fanout1", "runs"),
-                ("link", "fanout1", "runs"),
-                ("saturation", "events_per_s"),
-                0.2,
-                True,
-            ),  # fmt: skip
+            paired=(HOP_RUNS, RELAY_RUNS, ("saturation", "events_per_s")),
         ),
         vs_amqtt(4),
         target(
@@ -91,13 +88,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             lookup(results, "hop", "ratio_to_link", "fanout1", "latency_500_p50"),
             1.5,
             False,
-            **per_repetition(
-                ("hop", "fanout1", "runs"),
-                ("link", "fanout1", "runs"),
-                ("latency_500", "p50_us"),
-                1.5,
-                False,
-            ),  # fmt: skip
+            paired=(HOP_RUNS, RELAY_RUNS, ("latency_500", "p50_us")),
         ),
         target(
             "chain_per_hop_us",

@@ -511,8 +511,8 @@ class AsyncClient:
         if reconnect is None:
             self._ready.set()
         self._conn_scope = trio.CancelScope()
-        self._conn_lost = False  # the current connection is ending (reconnecting only)
-        self._loss: ConnectionLost | None = None  # why it ended, once it did
+        # Why the current connection ended, once it is ending (reconnecting only).
+        self._loss: ConnectionLost | None = None
         self._welcomed = False
         self._opened = False  # the first handshake completed (`open_client` returned it)
         self._losses = 0  # connections lost, and how many of them `flush` reported
@@ -761,7 +761,7 @@ class AsyncClient:
         while True:
             if self._failure is not None:
                 raise self._error()
-            if internal and self._conn_lost:
+            if internal and self._loss is not None:
                 raise ConnectionLost("the connection to the broker was lost")
             if not (internal or self._ready.is_set()):
                 deadline = min(deadline, trio.current_time() + self._wait_s)
@@ -842,7 +842,7 @@ class AsyncClient:
     def _send_nowait(self, message: Message) -> None:
         """Queue ``message`` if the connection is open and the queue has room, else drop
         it (used for Pong: a writer that far behind cannot answer in time anyway)."""
-        if self._failure is None and not self._conn_lost:
+        if self._failure is None and self._loss is None:
             self._outgoing.put_nowait(self._conn.send(message))
 
     async def _request(self, message: Message, key: _ReplyKey, internal: bool = False) -> Message:
@@ -938,7 +938,6 @@ class AsyncClient:
         self._outgoing = _outgoing_queue(socket_fd(stream))
         self._writer_done = trio.Event()
         self._conn_scope = trio.CancelScope()
-        self._conn_lost = False
         self._loss = None
         self._welcomed = False
         self._heard = time.monotonic()
@@ -1112,9 +1111,8 @@ class AsyncClient:
         if not self._reconnecting():
             self._fail(error)
             return
-        if self._conn_lost:
+        if self._loss is not None:
             return
-        self._conn_lost = True
         self._loss = error
         self._losses += 1
         if self._ready.is_set():
