@@ -46,7 +46,6 @@ import contextlib
 import inspect
 import itertools
 import math
-import os
 import random
 import ssl
 import time
@@ -87,6 +86,7 @@ from broker.protocol import (
     new_event_frame,
 )
 from broker.security import secret_from_env
+from client.socket_reader import SocketReader
 from routing import Filter, parse_filter, validate_event
 
 __all__ = [
@@ -377,28 +377,17 @@ class AsyncSubscription:
             delivery = queue.popleft()
             await trio.lowlevel.cancel_shielded_checkpoint()
             return delivery
-        while not queue:
-            if not self._active:
-                raise self._ended()
-            if self._handler is not None:
-                raise self._handled()
-            await self._arrived.park()
-        d = queue.popleft()
-        return d
+        await self._wait()
+        return queue.popleft()
 
     async def next_batch(self) -> list[Delivery]:
         """Wait for the next delivery; return it with every other one already queued."""
         queue = self._queue
-        if not queue:
-            while not queue:
-                if not self._active:
-                    raise self._ended()
-                if self._handler is not None:
-                    raise self._handled()
-                await self._arrived.park()
-        else:  # a checkpoint all the same
+        if queue:  # a checkpoint all the same
             await trio.lowlevel.checkpoint_if_cancelled()
             await trio.lowlevel.cancel_shielded_checkpoint()
+        else:
+            await self._wait()
         batch = list(queue)
         queue.clear()
         return batch
@@ -416,6 +405,18 @@ class AsyncSubscription:
         except (SubscriptionClosed, ClientClosed):
             raise StopAsyncIteration from None
 
+    async def _wait(self) -> None:
+        """Wait until a delivery is queued, reading the connection meanwhile if nobody
+        else does (`client.socket_reader`); raise why none will come."""
+        queue = self._queue
+        while not queue:
+            if not self._active:
+                raise self._ended()
+            if self._handler is not None:
+                raise self._handled()
+            if not await self._client._read_for(queue):
+                await self._arrived.park()
+
     def _hand_off(
         self, handler: Callable[[Delivery], object], on_end: Callable[[], object] | None = None
     ) -> None:
@@ -430,6 +431,7 @@ class AsyncSubscription:
                 on_end()
             return
         self._handler, self._on_end = handler, on_end
+        self._client._handlers = True
         self._put = handler  # type: ignore[method-assign]  # the I/O task's call, direct
 
     def _put(self, delivery: Delivery) -> None:
@@ -521,6 +523,10 @@ class AsyncClient:
         self._stream = stream
         self._conn = Connection("initiator", build_deliver=_delivery_of)
         self._outgoing = _outgoing_queue(socket_fd(stream))
+        self._reader = self._socket_reader(stream)
+        # A subscription hands its deliveries to a handler: no consumer reads the
+        # socket then, so that handlers run only in the I/O task.
+        self._handlers = False
         self._last_publish_ns = 0  # time.time_ns() of the last publish
         self._failure: ConnectionLost | None = None  # set once the connection is ending
         self._down = False  # torn down: waiters woken, subscriptions ended, I/O cancelled
@@ -936,6 +942,7 @@ class AsyncClient:
         self._stream = stream
         self._conn = Connection("initiator", build_deliver=_delivery_of)
         self._outgoing = _outgoing_queue(socket_fd(stream))
+        self._reader = self._socket_reader(stream)
         self._writer_done = trio.Event()
         self._conn_scope = trio.CancelScope()
         self._loss = None
@@ -1001,40 +1008,40 @@ class AsyncClient:
 
     async def _read_loop(self) -> None:
         try:
-            stream = self._stream
-            fd = socket_fd(stream)
-            if fd is None:  # TLS
-                while data := await stream.receive_some(_RECEIVE_SIZE):
+            if self._reader is None:  # TLS
+                while data := await self._stream.receive_some(_RECEIVE_SIZE):
                     self._received(data)
             else:
-                await self._read_socket(fd)
+                await self._reader.run()
             self._lose(ConnectionLost("the broker closed the connection"))
         except ProtocolError as exc:
             await self._report_violation(exc)
         except _IO_ERRORS as exc:
             self._lose(_lost(f"reading from the broker failed: {exc!r}", exc))
 
-    async def _read_socket(self, fd: int) -> None:
-        """Read the socket ``fd`` until its end; what `broker.netio.receive_some` does,
-        but a read that did not fill the buffer found the socket drained: the next
-        one waits for data first instead of finding none (a failed read and its
-        exception less on the way of every event at low rates, where each read is
-        one event)."""
-        read, wait_readable = os.read, trio.lowlevel.wait_readable
-        await trio.lowlevel.checkpoint_if_cancelled()
-        while True:
-            try:
-                data = read(fd, _RECEIVE_SIZE)
-            except BlockingIOError:  # (also when woken without data)
-                await wait_readable(fd)
-                continue
-            if not data:
-                return
-            self._received(data)
-            if len(data) < _RECEIVE_SIZE:
-                await wait_readable(fd)
-            else:  # more may be waiting: let the other tasks run first
-                await trio.lowlevel.cancel_shielded_checkpoint()
+    def _socket_reader(self, stream: trio.abc.Stream) -> SocketReader | None:
+        """The reading side of ``stream``'s socket (None: TLS, which reads through the
+        stream only)."""
+        fd = socket_fd(stream)
+        return None if fd is None else SocketReader(fd, _RECEIVE_SIZE, self._received)
+
+    async def _read_for(self, queue: deque[Delivery]) -> bool:
+        """A consumer of ``queue`` reads the connection until a delivery is queued there
+        or the connection ends (`SocketReader.read_until`); False, without waiting,
+        when it may not: another task reads it, a handler must (TLS too)."""
+        reader = self._reader
+        if reader is None or not reader.available or self._handlers or not self._usable():
+            return False
+
+        def usable() -> bool:
+            return self._reader is reader and self._usable()
+
+        await reader.read_until(queue, usable)
+        return True
+
+    def _usable(self) -> bool:
+        """Whether the current connection is up (not failed, not being lost)."""
+        return self._failure is None and self._loss is None
 
     def _received(self, data: bytes) -> None:
         """Act on the messages of ``data``, read from the broker."""

@@ -392,6 +392,98 @@ async def test_protocol_violation_is_reported_and_ends_the_client(broker: FakeBr
 
 
 @pytest.mark.trio
+async def test_a_waiting_consumer_reads_the_connection_for_the_others_too(
+    broker: FakeBroker, nursery: trio.Nursery
+) -> None:
+    """A consumer that finds nothing queued reads the socket itself (no hand-off from
+    the I/O task): what it reads for other subscriptions and calls reaches them."""
+    async with connect(broker) as c:
+        mine = await c.subscribe("family = 1")
+        others = await c.subscribe("family = 2")
+        got: list[list[int]] = []
+
+        async def consume() -> None:
+            got.append([d.attributes["n"] for d in await mine.next_batch()])
+
+        nursery.start_soon(consume)
+        await trio.testing.wait_all_tasks_blocked()
+        assert c._reader is not None and not c._reader.available  # the consumer has it
+        await c.publish({"family": 2, "n": 1})
+        await c.flush()  # its FlushAck read by the consumer
+        assert await others.next() == {"family": 2, "n": 1}
+        assert (await c.stats())["subscriptions"] == 2
+        assert got == []
+        await c.publish({"family": 1, "n": 2})
+        await c.flush()
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == [[2]]
+        assert c._reader.available  # given back
+
+
+@pytest.mark.trio
+async def test_a_client_with_a_handler_reads_only_in_its_io_task(
+    broker: FakeBroker, nursery: trio.Nursery
+) -> None:
+    async with connect(broker) as c:
+        queued = await c.subscribe("family = 1")
+        consumer: list[trio.lowlevel.Task] = []
+        handled: list[trio.lowlevel.Task] = []
+        await c.subscribe(
+            "family = 2", handler=lambda d: handled.append(trio.lowlevel.current_task())
+        )
+
+        async def consume() -> None:
+            consumer.append(trio.lowlevel.current_task())
+            await queued.next_batch()
+
+        nursery.start_soon(consume)
+        await trio.testing.wait_all_tasks_blocked()
+        assert c._reader is not None and c._reader.available  # the consumer parked
+        await c.publish({"family": 2})
+        await c.publish({"family": 1})
+        await c.flush()
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(handled) == 1 and handled[0] is not consumer[0]
+
+
+@pytest.mark.trio
+async def test_a_violation_read_by_a_waiting_consumer_is_reported_and_ends_the_client(
+    broker: FakeBroker,
+) -> None:
+    async with connect(broker) as c:
+        sub = await c.subscribe("family = 7")
+        async with trio.open_nursery() as nursery:
+
+            async def violate() -> None:
+                await trio.testing.wait_all_tasks_blocked()
+                assert c._reader is not None and not c._reader.available
+                await broker.link.send_raw(encode_frame(Subscribe(1, [])))
+
+            nursery.start_soon(violate)
+            with pytest.raises(client.ConnectionLost, match="protocol violation"):
+                await sub.next_batch()
+    assert isinstance(broker.received[-1], Error)
+    assert broker.received[-1].code == "unexpected"
+
+
+@pytest.mark.trio
+async def test_the_end_read_by_a_waiting_consumer_ends_the_client(broker: FakeBroker) -> None:
+    async with connect(broker) as c:
+        sub = await c.subscribe("family = 7")
+        async with trio.open_nursery() as nursery:
+
+            async def hang_up() -> None:
+                await trio.testing.wait_all_tasks_blocked()
+                assert c._reader is not None and not c._reader.available
+                await broker.link.stream.aclose()
+
+            nursery.start_soon(hang_up)
+            with pytest.raises(client.ConnectionLost, match="the broker closed the connection"):
+                await sub.next_batch()
+        assert not c.connected
+
+
+@pytest.mark.trio
 async def test_close_sends_queued_events_then_bye(broker: FakeBroker) -> None:
     async with connect(broker) as c:
         for n in range(2000):  # more than the outgoing channel holds

@@ -13,8 +13,17 @@ from client.aio import AsyncSubscription, ConnectionLost, Delivery, Subscription
 from routing import parse_filter
 
 
+class _NoConnection:
+    """The subscription's client, without a connection: consumers wait for `_put`."""
+
+    _handlers = False
+
+    async def _read_for(self, queue: object) -> bool:
+        return False
+
+
 def _sub() -> AsyncSubscription:
-    return AsyncSubscription(None, 1, parse_filter("n exists"))  # type: ignore[arg-type]
+    return AsyncSubscription(_NoConnection(), 1, parse_filter("n exists"))  # type: ignore[arg-type]
 
 
 def _delivery(n: int) -> Delivery:
