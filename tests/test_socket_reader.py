@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker.protocol import ProtocolError
 from client.socket_reader import SocketReader
@@ -175,3 +177,84 @@ async def test_a_consumers_turn_is_a_schedule_point_even_with_data_waiting() -> 
         assert [data for data, _ in peer.chunks] == [b"mine"]
     finally:
         peer.close()
+
+
+# --- any interleaving of data, consumers and their cancellation ---------------------
+
+_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("send"), st.binary(min_size=1, max_size=40)),
+        st.tuples(st.just("send"), st.just(b"!")),  # what a waiting consumer waits for
+        st.tuples(st.just("consume"), st.just(b"")),
+        st.tuples(st.just("cancel"), st.integers(0, 5).map(lambda n: bytes([n]))),
+    ),
+    max_size=30,
+)
+
+
+@given(steps=_STEPS)
+@settings(max_examples=60)
+def test_every_byte_is_acted_on_once_in_order_whoever_reads(
+    steps: list[tuple[str, bytes]],
+) -> None:
+    """Data sent in any pieces, consumers coming (each until a b"!" arrives) and being
+    cancelled in any order: the bytes acted on are the bytes sent, in order, each once;
+    no two tasks ever wait on the socket together; the reader task ends at the end."""
+
+    async def main() -> None:
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        log: list[bytes] = []
+        waiting: list[list[bytes]] = []  # each live consumer's "arrived"
+
+        def received(data: bytes) -> None:
+            log.append(data)
+            if b"!" in data:
+                for arrived in waiting:
+                    arrived.append(data)
+
+        reader = SocketReader(ours.fileno(), 16, received)
+        ended = trio.Event()
+        scopes: list[trio.CancelScope] = []
+
+        async def run_reader() -> None:
+            await reader.run()
+            ended.set()
+
+        async def consume(scope: trio.CancelScope) -> None:
+            arrived: list[bytes] = []
+            waiting.append(arrived)
+            try:
+                with scope:
+                    if reader.available:
+                        await reader.read_until(arrived, lambda: True)
+            finally:
+                waiting[:] = [other for other in waiting if other is not arrived]
+
+        sent = []
+        try:
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(run_reader)
+                    await trio.testing.wait_all_tasks_blocked()
+                    for action, arg in steps:
+                        if action == "send":
+                            theirs.send(arg)
+                            sent.append(arg)
+                        elif action == "consume":
+                            scope = trio.CancelScope()
+                            scopes.append(scope)
+                            nursery.start_soon(consume, scope)
+                        elif scopes:
+                            scopes[arg[0] % len(scopes)].cancel()
+                        await trio.testing.wait_all_tasks_blocked()
+                    theirs.shutdown(socket.SHUT_WR)
+                    await ended.wait()
+                    for scope in scopes:
+                        scope.cancel()
+        finally:
+            ours.close()
+            theirs.close()
+        assert b"".join(log) == b"".join(sent)
+
+    trio.run(main)
