@@ -1020,15 +1020,16 @@ class AsyncClient:
             self._lose(_lost(f"reading from the broker failed: {exc!r}", exc))
 
     def _socket_reader(self, stream: trio.abc.Stream) -> SocketReader | None:
-        """The reading side of ``stream``'s socket (None: TLS, which reads through the
-        stream only)."""
+        """The reading side of ``stream``'s socket (None for TLS and in-memory streams,
+        read through the stream only, by the reader task)."""
         fd = socket_fd(stream)
         return None if fd is None else SocketReader(fd, _RECEIVE_SIZE, self._received)
 
     async def _read_for(self, queue: deque[Delivery]) -> bool:
         """A consumer of ``queue`` reads the connection until a delivery is queued there
         or the connection ends (`SocketReader.read_until`); False, without waiting,
-        when it may not: another task reads it, a handler must (TLS too)."""
+        when it may not: another task reads it, a subscription has a handler, the
+        connection is ending, or it has no socket of its own (TLS)."""
         reader = self._reader
         if reader is None or not reader.available or self._handlers or not self._usable():
             return False

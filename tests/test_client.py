@@ -446,41 +446,40 @@ async def test_a_client_with_a_handler_reads_only_in_its_io_task(
         assert len(handled) == 1 and handled[0] is not consumer[0]
 
 
+async def _violate(broker: FakeBroker) -> None:
+    await broker.link.send_raw(encode_frame(Subscribe(1, [])))  # brokers never send it
+
+
+async def _hang_up(broker: FakeBroker) -> None:
+    await broker.link.stream.aclose()
+
+
 @pytest.mark.trio
-async def test_a_violation_read_by_a_waiting_consumer_is_reported_and_ends_the_client(
-    broker: FakeBroker,
+@pytest.mark.parametrize(
+    ("end_it", "why"),
+    [(_violate, "protocol violation"), (_hang_up, "the broker closed the connection")],
+)
+async def test_what_ends_the_connection_in_a_consumers_read_ends_the_client(
+    broker: FakeBroker, end_it: Callable[[FakeBroker], Awaitable[None]], why: str
 ) -> None:
+    """The consumer leaves it to the I/O task, which ends the client as if it had read
+    it itself (a violation is reported to the broker first)."""
     async with connect(broker) as c:
         sub = await c.subscribe("family = 7")
         async with trio.open_nursery() as nursery:
 
-            async def violate() -> None:
+            async def while_the_consumer_reads() -> None:
                 await trio.testing.wait_all_tasks_blocked()
                 assert c._reader is not None and not c._reader.available
-                await broker.link.send_raw(encode_frame(Subscribe(1, [])))
+                await end_it(broker)
 
-            nursery.start_soon(violate)
-            with pytest.raises(client.ConnectionLost, match="protocol violation"):
-                await sub.next_batch()
-    assert isinstance(broker.received[-1], Error)
-    assert broker.received[-1].code == "unexpected"
-
-
-@pytest.mark.trio
-async def test_the_end_read_by_a_waiting_consumer_ends_the_client(broker: FakeBroker) -> None:
-    async with connect(broker) as c:
-        sub = await c.subscribe("family = 7")
-        async with trio.open_nursery() as nursery:
-
-            async def hang_up() -> None:
-                await trio.testing.wait_all_tasks_blocked()
-                assert c._reader is not None and not c._reader.available
-                await broker.link.stream.aclose()
-
-            nursery.start_soon(hang_up)
-            with pytest.raises(client.ConnectionLost, match="the broker closed the connection"):
+            nursery.start_soon(while_the_consumer_reads)
+            with pytest.raises(client.ConnectionLost, match=why):
                 await sub.next_batch()
         assert not c.connected
+    if end_it is _violate:
+        assert isinstance(broker.received[-1], Error)
+        assert broker.received[-1].code == "unexpected"
 
 
 @pytest.mark.trio

@@ -101,28 +101,25 @@ async def test_a_consumer_takes_the_socket_from_the_waiting_reader_and_gives_it_
 
 
 @pytest.mark.trio
-async def test_the_end_of_data_a_consumer_reads_is_left_to_the_reader_task() -> None:
-    async with _peer() as (peer, _reader_task, _nursery):
-        async with trio.open_nursery() as consumers:
-            consumers.start_soon(peer.consume)
-            await _quiet()
-            peer.theirs.shutdown(socket.SHUT_WR)
-        assert not peer.reader.available  # no consumer reads past the end
-        await _quiet()
-        assert peer.outcome == "ended"
-
-
-@pytest.mark.trio
-async def test_a_violation_a_consumer_meets_is_raised_by_the_reader_task() -> None:
+@pytest.mark.parametrize("ending", ["end of data", "violation"])
+async def test_what_ends_the_connection_in_a_consumers_turn_is_left_to_the_reader_task(
+    ending: str,
+) -> None:
     async with _peer() as (peer, _reader_task, _nursery):
         async with trio.open_nursery() as consumers:
             consumers.start_soon(peer.consume)  # returns quietly
             await _quiet()
-            peer.theirs.send(b"bad frame")
-        assert not peer.reader.available
+            if ending == "violation":
+                peer.theirs.send(b"bad frame")
+            else:
+                peer.theirs.shutdown(socket.SHUT_WR)
+        assert not peer.reader.available  # no consumer reads past it
         await _quiet()
-        assert isinstance(peer.outcome, ProtocolError)
-        assert peer.outcome.code == "malformed"
+        if ending == "violation":
+            assert isinstance(peer.outcome, ProtocolError)
+            assert peer.outcome.code == "malformed"
+        else:
+            assert peer.outcome == "ended"
 
 
 @pytest.mark.trio
