@@ -524,8 +524,8 @@ class AsyncClient:
         self._conn = Connection("initiator", build_deliver=_delivery_of)
         self._outgoing = _outgoing_queue(socket_fd(stream))
         self._reader = self._socket_reader(stream)
-        # A subscription hands its deliveries to a handler: no consumer reads the
-        # socket then, so that handlers run only in the I/O task.
+        # A subscription was given a handler: from then on no consumer reads the
+        # socket, so that handlers run only in the I/O task.
         self._handlers = False
         self._last_publish_ns = 0  # time.time_ns() of the last publish
         self._failure: ConnectionLost | None = None  # set once the connection is ending
@@ -723,8 +723,8 @@ class AsyncClient:
         ``open_client``'s block instead, cancelling this wait.)"""
         await self._io_done.wait()
         await trio.lowlevel.checkpoint()  # the I/O task's exception cancels us first
-        if self._failure is not None and not isinstance(self._failure, ClientClosed):
-            raise _copy(self._failure)
+        if (failure := self._lost_for_good()) is not None:
+            raise _copy(failure)
 
     async def aclose(self) -> None:
         """Close the connection: send Bye after everything queued, wait (at most
@@ -848,7 +848,7 @@ class AsyncClient:
     def _send_nowait(self, message: Message) -> None:
         """Queue ``message`` if the connection is open and the queue has room, else drop
         it (used for Pong: a writer that far behind cannot answer in time anyway)."""
-        if self._failure is None and self._loss is None:
+        if self._usable():
             self._outgoing.put_nowait(self._conn.send(message))
 
     async def _request(self, message: Message, key: _ReplyKey, internal: bool = False) -> Message:
@@ -887,8 +887,8 @@ class AsyncClient:
                     self._disconnected(self._loss or ConnectionLost("the connection ended"))
                     await self._reconnect()
             # (not for a client its user closed, nor one `open_client` did not return)
-            if self._opened and not isinstance(self._failure, ClientClosed | None):
-                self._disconnected(self._failure)
+            if self._opened and (failure := self._lost_for_good()) is not None:
+                self._disconnected(failure)
         except Exception as exc:  # a handler's or callback's: it ends the client
             cause = (_sole_exception(exc) if isinstance(exc, BaseExceptionGroup) else exc) or exc
             self._fail(_lost(f"the client's I/O task failed: {cause!r}", cause))
@@ -1043,6 +1043,11 @@ class AsyncClient:
     def _usable(self) -> bool:
         """Whether the current connection is up (not failed, not being lost)."""
         return self._failure is None and self._loss is None
+
+    def _lost_for_good(self) -> ConnectionLost | None:
+        """What ended the client, if something other than its user closing it did."""
+        failure = self._failure
+        return None if isinstance(failure, ClientClosed | None) else failure
 
     def _received(self, data: bytes) -> None:
         """Act on the messages of ``data``, read from the broker."""

@@ -325,8 +325,7 @@ class Client:
         try:
             return trio.from_thread.run(afn, *args, trio_token=self._token)
         except (trio.RunFinishedError, trio.Cancelled):
-            failure = self._aclient._failure
-            if failure is not None and not isinstance(failure, ClientClosed):
+            if (failure := self._aclient._lost_for_good()) is not None:
                 raise _copy(failure) from None  # what ended the trio thread
             raise ClientClosed("the client is closed") from None
 
@@ -429,8 +428,7 @@ class Client:
             raise TimeoutError(f"the client is still open after {timeout} s")
         if self._errors:
             raise self._errors.pop()
-        failure = self._aclient._failure
-        if failure is not None and not isinstance(failure, ClientClosed):
+        if (failure := self._aclient._lost_for_good()) is not None:
             raise _copy(failure)
 
     def close(self) -> None:
