@@ -299,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     spark = spark_session(args.master)
     startup_s = time.perf_counter() - start
-    jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # set while a SparkContext is running, as spark_session's is
+    jvm_pid = jvm.java.lang.ProcessHandle.current().pid()
     runs = []
     try:
         # The first analysis in a JVM pays for class loading and JIT compilation; a

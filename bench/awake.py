@@ -64,11 +64,11 @@ def _wait_until_idle_priority(spinners: list[subprocess.Popen[bytes]]) -> None:
     while waiting:
         p = waiting[0]
         if p.poll() is not None:
-            raise RuntimeError(f"spinner {p.args} exited with {p.returncode}")
+            raise RuntimeError(f"spinner {p.args!r} exited with {p.returncode}")
         if os.sched_getscheduler(p.pid) == os.SCHED_IDLE:
             waiting.pop(0)
         elif time.monotonic() > deadline:
-            raise RuntimeError(f"spinner {p.args} not at idle priority after {START_TIMEOUT_S} s")
+            raise RuntimeError(f"spinner {p.args!r} not at idle priority after {START_TIMEOUT_S} s")
         else:
             time.sleep(0.01)
 

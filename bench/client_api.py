@@ -703,10 +703,14 @@ def targets(systems: dict[str, Any]) -> list[dict[str, Any]]:
         a = systems.get(ours, {}).get(path[0], {}).get(path[1])
         b = systems.get(base, {}).get(path[0], {}).get(path[1])
         met = None if a is None or b is None else (a >= b if higher else a <= b)
+
+        def value_at_path(sample: dict[str, Any], path: tuple[str, str] = path) -> float | None:
+            return lookup(sample, *path)
+
         ratios = paired_ratios(
             systems.get(ours, {}).get("samples", []),
             systems.get(base, {}).get("samples", []),
-            lambda sample, path=path: lookup(sample, *path),
+            value_at_path,
         )
         won = sum(r >= 1 if higher else r <= 1 for r in ratios)
         out.append({"what": what, "ours": ours, "baseline": base, "ours_value": a,

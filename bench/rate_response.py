@@ -65,7 +65,7 @@ def run(study: Path, scales: list[float], seconds: float) -> dict[str, Any]:
             stages = char.stage_means_us()
             services = [v for k, v in stages.items() if k.startswith("service ")]
             _, latency_ms = window_figures(run_dir)
-            row = {
+            row: dict[str, Any] = {
                 "scale": scale,
                 **{k: round(v, 1) for k, v in stages.items()},
                 "service_mean_us": round(sum(services) / len(services), 1),

@@ -94,7 +94,7 @@ class Relay:
         pack = msgpack.Packer(use_bin_type=True).pack
         header = _HEADER.pack
         while data := await stream.receive_some(READ_SIZE):
-            parts = []
+            parts: list[bytes] = []
             for message in decoder.feed(data):
                 payload = pack(message)
                 parts += (header(len(payload)), payload)

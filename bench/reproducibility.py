@@ -53,12 +53,13 @@ from monitor.replay import replay
 from monitor.traces import read_manifest
 from topologies import Deployment, load_case_study
 from topologies.generators import to_toml
+from topologies.model import ClientMode
 
-MODES = ("single", "broker", "process")
+MODES: tuple[ClientMode, ...] = ("single", "broker", "process")
 
 
 def measure(
-    study_file: Path, mode: str, scenario: str, duration_s: float, workdir: Path
+    study_file: Path, mode: ClientMode, scenario: str, duration_s: float, workdir: Path
 ) -> dict[str, Any]:
     """One replay in `mode`; its stage means and end-to-end latency (us)."""
     study = load_case_study(study_file)
@@ -140,9 +141,9 @@ def floor(runs: list[dict[str, Any]], repeats: int) -> dict[str, Any] | None:
             middle = np.median(measured, axis=0)
             error = np.abs(predicted / middle - 1) * 100
             inside = within = 0
-            spreads = [spread_percent(measured[:, j]) for j in range(len(pairs))]
+            spreads = [spread_percent(measured[:, j].tolist()) for j in range(len(pairs))]
             for j in range(len(pairs)):
-                low, high = bootstrap_median_interval(measured[:, j])
+                low, high = bootstrap_median_interval(measured[:, j].tolist())
                 inside += bool(low <= predicted[j] <= high)
                 within += bool(error[j] <= spreads[j])
             scores["mean_spread_%"].append(float(np.mean(spreads)))

@@ -252,7 +252,7 @@ class RelayPublisher:
         self._pack = msgpack.Packer(use_bin_type=True).pack
 
     async def publish(self, seqs: range) -> None:
-        parts = []
+        parts: list[bytes] = []
         for seq in seqs:
             payload = self._pack(publish_wire(self.name, seq))
             parts += (len(payload).to_bytes(4, "big"), payload)
@@ -714,7 +714,9 @@ async def chain_reps(
     """Connect to every chain once (filler, subscriber, a publisher at each end), then
     alternate the conditions and, within each, the chains' latency runs, repetition
     after repetition: runs[condition][system name]."""
-    runs = {c: {s.name: [] for s in systems} for c in CHAIN_CONDITIONS}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        c: {s.name: [] for s in systems} for c in CHAIN_CONDITIONS
+    }
     clients: dict[str, tuple[list[Publisher], list[Subscriber]]] = {}
     async with AsyncExitStack() as stack:
         for system in systems:

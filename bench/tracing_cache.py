@@ -89,8 +89,13 @@ def run() -> dict[str, Any]:
         raise RuntimeError("valgrind is not installed (scripts/system_deps.sh installs it)")
     options = [cache_option(1, "D1"), cache_option(2, "LL")]
     jobs = [(traced, events) for traced in (False, True) for events in (FEW, MANY)]
+
+    def counted_job(job: tuple[bool, int]) -> dict[str, int]:
+        traced, events = job
+        return counted(traced, events, options)
+
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        totals = dict(zip(jobs, pool.map(lambda job: counted(*job, options), jobs), strict=True))
+        totals = dict(zip(jobs, pool.map(counted_job, jobs), strict=True))
     per_event = {
         mode: {
             name: round(

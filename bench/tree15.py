@@ -92,11 +92,13 @@ class Driver:
             )
             for text in spec.filters:
                 nursery.start_soon(self._receive, await c.subscribe(text))
-        for spec in self.study.publishers.values():
+        for publisher_spec in self.study.publishers.values():
             c = await stack.enter_async_context(
-                client.open_client(*self.network.address(spec.broker), name=f"pub{spec.id}")
+                client.open_client(
+                    *self.network.address(publisher_spec.broker), name=f"pub{publisher_spec.id}"
+                )
             )
-            self.publishers.append((c, spec))
+            self.publishers.append((c, publisher_spec))
 
     async def _receive(self, sub: client.AsyncSubscription) -> None:
         """Count deliveries per step, once per connection (by its first matching

@@ -14,6 +14,7 @@ from broker.process import BrokerProcesses
 from broker.security import ClientCredentials
 from topologies import Topology, load_case_study, load_topology
 from topologies.generators import to_toml
+from topologies.model import Routing
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -73,7 +74,11 @@ class Network:
 
     @classmethod
     def from_file(
-        cls, name: str, workdir: Path, routing: str | None = None, extra_args: Sequence[str] = ()
+        cls,
+        name: str,
+        workdir: Path,
+        routing: Routing | None = None,
+        extra_args: Sequence[str] = (),
     ) -> Network:
         """A shipped topology moved to free ports (and another strategy if given)."""
         topology = load_topology(REPO / "topologies" / f"{name}.toml")

@@ -488,7 +488,7 @@ _REGISTERED = _register(MESSAGE_TYPES)
 # values already checked, an instance is built without it (`unfrozen_twin`).
 
 
-def unfrozen_twin(cls: type) -> type:
+def unfrozen_twin(cls: type[Any]) -> type[Any]:
     """A class with the memory layout of the frozen slotted dataclass `cls` (same base,
     same slots) but plain attribute stores: build an instance of it, set its fields,
     then set its `__class__` to `cls`, which CPython allows between equal layouts.
@@ -499,8 +499,8 @@ def unfrozen_twin(cls: type) -> type:
     return type(f"_Unfrozen{cls.__name__}", cls.__bases__, {"__slots__": cls.__slots__})
 
 
-_UnfrozenPublish = unfrozen_twin(Publish)
-_UnfrozenDeliver = unfrozen_twin(Deliver)
+_UnfrozenPublish: Any = unfrozen_twin(Publish)
+_UnfrozenDeliver: Any = unfrozen_twin(Deliver)
 
 
 def _build_publish(
@@ -513,7 +513,7 @@ def _build_publish(
     message.path = path
     message.t_publish_ns = t_ns
     message.__class__ = Publish
-    return message  # type: ignore[no-any-return]
+    return message
 
 
 def _build_deliver(
@@ -532,7 +532,7 @@ def _build_deliver(
     message.path = path
     message.t_publish_ns = t_ns
     message.__class__ = Deliver
-    return message  # type: ignore[no-any-return]
+    return message
 
 
 DeliverBuilder = Callable[[list[int], str, str, Attributes, list[str], int], Any]
@@ -743,7 +743,7 @@ def publish_summary(payload: bytes | bytearray | memoryview) -> tuple[str, str, 
 
 def decode_message(payload: bytes | bytearray | memoryview) -> Message:
     """Decode and validate one payload; raises ProtocolError, and only ProtocolError."""
-    return decode(payload, _REGISTERED)[1]  # type: ignore[no-any-return]
+    return decode(payload, _REGISTERED)[1]
 
 
 def decode(payload: bytes | bytearray | memoryview, by_code: Decoders) -> tuple[type[Message], Any]:

@@ -22,7 +22,9 @@ def socket_fd(stream: trio.abc.Stream) -> int | None:
     return stream.socket.fileno() if isinstance(stream, trio.SocketStream) else None
 
 
-async def receive_some(stream: trio.abc.Stream, fd: int | None, max_bytes: int) -> bytes:
+async def receive_some(
+    stream: trio.abc.Stream, fd: int | None, max_bytes: int
+) -> bytes | bytearray:
     """`stream.receive_some(max_bytes)`; `fd` is `socket_fd(stream)`. OSError (a reset
     connection) and trio.ClosedResourceError (the stream was closed meanwhile) end it
     as they end trio's."""

@@ -725,6 +725,7 @@ class Connection:
             return _NOTHING
         if state is State.OPEN:
             ours, peers = self._our_role, self._peer_role
+            assert ours is not None and peers is not None  # known once OPEN
             return _ON_LINK.get((peers, ours) if receiving else (ours, peers), _NOTHING)
         # During the handshake a side may send what its peer may receive in its state.
         return _IN_STATE[state if receiving else _COUNTERPART[state]]

@@ -61,7 +61,7 @@ import os
 import random
 import ssl
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,7 +224,7 @@ class Broker:
         self.parent_link_id = None if parent is None else f"broker:{parent}"
         self.router = Router(topology.routing, parent=self.parent_link_id)
         self.children = set(topology.children(broker_id))
-        self.links: dict[str, Link] = {}
+        self.links: dict[Hashable, Link] = {}  # by link id, the router's key
         self.outgoing = Outgoing()
         self.started_ns = time.time_ns()
         self.events_routed = 0
@@ -286,7 +286,7 @@ class Broker:
         with trio.move_on_after(timeout_s):
             while self.links:
                 await trio.sleep(0.01)
-        self._log.info("drained", links_left=sorted(self.links))
+        self._log.info("drained", links_left=sorted(map(str, self.links)))
 
     async def _flush_traces(self, tracer: HopRecorder) -> None:
         """Write buffered trace rows at least once a second, also when idle."""
@@ -460,7 +460,7 @@ class Broker:
             if self._draining:
                 link.read_scope.cancel()
             if leftover:  # messages that came in the handshake's read
-                frames = b""
+                frames: bytes | bytearray = b""
                 if self.tracer is not None:  # theirs: the read's frames but the first
                     received = link.conn.received_frames
                     frames = received[frame_starts(received)[1] :]
@@ -546,7 +546,7 @@ class Broker:
                 return problem
 
     async def _handle_read(
-        self, link: Link, messages: list[Any], frames: bytes, t_read: int, cpu_read: int
+        self, link: Link, messages: list[Any], frames: bytes | bytearray, t_read: int, cpu_read: int
     ) -> tuple[str, str] | None:
         """Handle the messages of one read, whose `frames` came at `t_read`, when this
         thread's CPU clock read `cpu_read` (b"", 0 and 0 when not tracing)."""
@@ -580,7 +580,13 @@ class Broker:
         return problem
 
     def _trace_read(
-        self, link: Link, frames: bytes, batch: int, t_read: int, cpu_read: int, queued: int
+        self,
+        link: Link,
+        frames: bytes | bytearray,
+        batch: int,
+        t_read: int,
+        cpu_read: int,
+        queued: int,
     ) -> None:
         """Hand the rows of the events of the read just handled to the recorder."""
         assert self.tracer is not None
@@ -662,23 +668,23 @@ class Broker:
         if decision.forward or decision.deliver:  # the event is encoded once
             frame = self._frames.publish(event)
         for target in decision.forward:
-            out = links.get(target)
-            if out is None or out.queue.closed:
+            found = links.get(target)
+            if found is None or found.queue.closed:
                 missed.append(f"link-down:{target}")
             else:
-                sends.append((out, out.conn.send_encoded(Publish, frame)))
+                sends.append((found, found.conn.send_encoded(Publish, frame)))
         # Each client numbers its subscriptions from 1, so many clients get Delivers
         # with the same sub ids: the same bytes, spliced once for consecutive ones.
         last_ids: list[int] | None = None
         for target, sub_ids in decision.deliver.items():
-            out = links.get(target)
-            if out is None or out.queue.closed:
+            found = links.get(target)
+            if found is None or found.queue.closed:
                 missed.append(f"link-down:{target}")
             else:
                 if sub_ids != last_ids:
                     deliver = self._frames.deliver(frame, sub_ids)
                     last_ids = sub_ids
-                sends.append((out, out.conn.send_encoded(Deliver, deliver)))
+                sends.append((found, found.conn.send_encoded(Deliver, deliver)))
         blocked = []
         for out, frame in sends:
             if out.queue.put_nowait(frame):
@@ -768,7 +774,7 @@ class Broker:
             await self._enqueue_action(action)
 
     async def _enqueue_action(self, action: Action) -> None:
-        link = self.links.get(action.link)  # type: ignore[arg-type]
+        link = self.links.get(action.link)
         if link is None:
             return
         if isinstance(action, SendSubscribe):

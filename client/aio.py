@@ -185,7 +185,7 @@ class Delivery:
     t_deliver_ns: int
 
 
-_UnfrozenDelivery = unfrozen_twin(Delivery)
+_UnfrozenDelivery: Any = unfrozen_twin(Delivery)
 
 
 def _delivery_of(
@@ -209,7 +209,7 @@ def _delivery_of(
     delivery.t_publish_ns = t_publish_ns
     delivery.t_deliver_ns = time.time_ns()
     delivery.__class__ = Delivery
-    return delivery  # type: ignore[no-any-return]
+    return delivery
 
 
 def _copy(error: ConnectionLost) -> ConnectionLost:
@@ -432,7 +432,7 @@ class AsyncSubscription:
             return
         self._handler, self._on_end = handler, on_end
         self._client._handlers = True
-        self._put = handler  # type: ignore[method-assign]  # the I/O task's call, direct
+        self._put = handler  # type: ignore[method-assign,assignment]  # the I/O task's call, direct
 
     def _put(self, delivery: Delivery) -> None:
         if self._active:
@@ -973,7 +973,7 @@ class AsyncClient:
         """Send every acknowledged subscription again; wait for all their SubAcks.
         (Those not acknowledged yet are sent again by their ``subscribe`` call.)"""
         subs = [sub for sub in self._subscriptions.values() if sub._acked]
-        replies = {(SubAck, sub.id): _Reply() for sub in subs}
+        replies: dict[_ReplyKey, _Reply] = {(SubAck, sub.id): _Reply() for sub in subs}
         self._replies.update(replies)
         try:
             for sub in subs:
@@ -1049,7 +1049,7 @@ class AsyncClient:
         failure = self._failure
         return None if isinstance(failure, ClientClosed | None) else failure
 
-    def _received(self, data: bytes) -> None:
+    def _received(self, data: bytes | bytearray) -> None:
         """Act on the messages of ``data``, read from the broker."""
         self._heard = time.monotonic()
         for message in self._conn.receive_data(data):

@@ -54,6 +54,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 
@@ -178,7 +179,7 @@ def carried(
             np.clip(intercept + slope * busy_at_target, low * means[nearest], high * means[nearest])
         )
 
-    def pooled(get: Callable[[Characterization], np.ndarray]) -> np.ndarray:
+    def pooled(get: Callable[[Characterization], np.ndarray | Sequence[float]]) -> np.ndarray:
         """The arrays (samples, gaps or keys) of the runs drawn from, joined: the nearest
         rate's runs, or every run without a trend."""
         return np.concatenate([np.asarray(get(r)) for r in near])
@@ -196,17 +197,13 @@ def carried(
     service, by_fanout, overhead = {}, {}, {}
     service_gaps, by_fanout_gaps = {}, {}
     for b in reference.brokers:
-        f = factor(lambda r, b=b: r.service_ns[b])
-        service[b] = pooled(lambda r, b=b: r.service_ns[b]) * f
-        service_gaps[b] = pooled(lambda r, b=b: r.service_gap_ns[b])
+        f = factor(partial(_service, b))
+        service[b] = pooled(partial(_service, b)) * f
+        service_gaps[b] = pooled(partial(_service_gap, b))
         fanouts = sorted({k for r in near for k in r.service_by_fanout[b]})
-        by_fanout[b] = {
-            k: pooled(lambda r, b=b, k=k: r.service_by_fanout[b].get(k, ())) * f for k in fanouts
-        }
-        by_fanout_gaps[b] = {
-            k: pooled(lambda r, b=b, k=k: r.service_by_fanout_gap_ns[b].get(k, ())) for k in fanouts
-        }
-        overhead[b] = target_mean(lambda r, b=b: r.overhead_ns[b])
+        by_fanout[b] = {k: pooled(partial(_fanout_service, b, k)) * f for k in fanouts}
+        by_fanout_gaps[b] = {k: pooled(partial(_fanout_service_gap, b, k)) for k in fanouts}
+        overhead[b] = target_mean(partial(_overhead, b))
     return dataclasses.replace(
         reference,
         # what the host does at the target rate
@@ -234,3 +231,29 @@ def carried(
 
 def _mean(samples: np.ndarray | Sequence[float]) -> float:
     return float(np.mean(samples)) if len(samples) else 0.0
+
+
+# A run's figures of one broker (and fan-out), for carried() to bind with
+# functools.partial: mypy checks a partial's arguments, and cannot type a lambda
+# that binds the loop's broker as a default argument.
+
+
+def _service(broker: str, run: Characterization) -> np.ndarray:
+    return run.service_ns[broker]
+
+
+def _service_gap(broker: str, run: Characterization) -> np.ndarray:
+    return run.service_gap_ns[broker]
+
+
+def _fanout_service(broker: str, fanout: int, run: Characterization) -> np.ndarray | tuple[()]:
+    """The service samples at `fanout`; none when the run never saw that fan-out."""
+    return run.service_by_fanout[broker].get(fanout, ())
+
+
+def _fanout_service_gap(broker: str, fanout: int, run: Characterization) -> np.ndarray | tuple[()]:
+    return run.service_by_fanout_gap_ns[broker].get(fanout, ())
+
+
+def _overhead(broker: str, run: Characterization) -> float:
+    return run.overhead_ns[broker]

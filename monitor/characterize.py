@@ -131,8 +131,11 @@ def characterize(run_dir: Path) -> Characterization:
     hops = hops.assign(fanout=hops["to_nodes"].map(len) + hops["delivered_to"].map(len))
     brokers = sorted(hops["broker"].unique(), key=int)
     cpu_s = phases.get("cpu_s", {})
-    service, by_fanout, overhead = {}, {}, {}
-    service_gap, by_fanout_gap = {}, {}
+    service: dict[str, np.ndarray] = {}
+    by_fanout: dict[str, dict[int, np.ndarray]] = {}
+    overhead: dict[str, float] = {}
+    service_gap: dict[str, np.ndarray] = {}
+    by_fanout_gap: dict[str, dict[int, np.ndarray]] = {}
     for broker, rows in hops.groupby("broker"):
         # The time an event holds the broker: decoding (the wait of the first event
         # of a read) plus routing until its last send was queued.

@@ -254,7 +254,7 @@ class Coordinator:
     def _note(self, name: str, message: dict[str, Any], wanted: str, waiting: set[str]) -> None:
         started = self.started[name]
         if "count" in message:
-            started.counts = tuple(message["count"])  # type: ignore[assignment]
+            started.counts = tuple(message["count"])
         if "published" in message:
             started.published = int(message["published"])
             started.cpu_s.update(message["cpu_s"])

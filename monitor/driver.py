@@ -110,25 +110,27 @@ class Driver:
         try:
             async with trio.open_nursery() as nursery, AsyncExitStack() as stack:
                 for sub_id in self.plan.subscribers:
-                    spec = self.study.subscribers[sub_id]
+                    sub_spec = self.study.subscribers[sub_id]
                     name = subscriber_name(sub_id)
-                    address = topology.address(spec.broker)
+                    address = topology.address(sub_spec.broker)
                     c = await stack.enter_async_context(
                         client.open_client(*address, name=name, **connect)
                     )
-                    for text in spec.filters:
+                    for text in sub_spec.filters:
                         sub = await c.subscribe(text)
-                        nursery.start_soon(self._record, sub, name, str(spec.broker))
+                        nursery.start_soon(self._record, sub, name, str(sub_spec.broker))
                 publishers = []
                 for pub_id in self.plan.publishers:
-                    spec = self.study.publishers[pub_id]
+                    pub_spec = self.study.publishers[pub_id]
                     c = await stack.enter_async_context(
                         client.open_client(
-                            *topology.address(spec.broker), name=publisher_name(pub_id), **connect
+                            *topology.address(pub_spec.broker),
+                            name=publisher_name(pub_id),
+                            **connect,
                         )
                     )
                     rate = self.plan.rates[str(pub_id)]
-                    publishers.append((c, spec, EventGenerator(self.workload, spec, rate)))
+                    publishers.append((c, pub_spec, EventGenerator(self.workload, pub_spec, rate)))
                 self.lines.write({"ready": os.getpid()})
                 start_ns = await self._until_go()
                 await self._publish_all(publishers, start_ns)

@@ -160,7 +160,7 @@ def host_load(
 ) -> dict[str, Any]:
     """`host_load` for the phases in `bounds` (name -> (start_ns, end_ns))."""
     phases = {name: phase_cores(samples, lo, hi) for name, (lo, hi) in bounds.items()}
-    judged = [phases[p]["other_cores"] for p in JUDGED_PHASES if phases.get(p)]
+    judged = [load["other_cores"] for p in JUDGED_PHASES if (load := phases.get(p))]
     disturbed = any(c > OTHER_CPU_LIMIT_CORES for c in judged) if judge and judged else None
     return {
         "limit_cores": OTHER_CPU_LIMIT_CORES,

@@ -19,7 +19,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -30,9 +30,10 @@ from monitor.carry import carried
 from monitor.characterize import Characterization, characterize
 from monitor.errors import InputError
 from monitor.measured import in_window
-from monitor.model.network import EventClass, Host, Network, Station, Tree
+from monitor.model.network import Arrival, EventClass, Host, Network, Station, Tree
+from monitor.model.operational import Method, OperationalResult
 from monitor.model.operational import analyze as operational
-from monitor.model.simulation import simulate
+from monitor.model.simulation import SimulationResult, simulate
 from monitor.warmth import matched
 from topologies import load_case_study, publisher_name
 
@@ -63,7 +64,7 @@ class Target:
     """The workload to predict: rate and arrival process per publisher."""
 
     rates: dict[str, float]
-    arrivals: dict[str, str]
+    arrivals: dict[str, Arrival]
     same_as_run: bool
 
 
@@ -272,12 +273,14 @@ def predict(
         prepared = warmed(char, target, seed) if warm else char
     network = build_network(prepared, target)
     rows: list[dict[str, Any]] = []
+    result: SimulationResult | OperationalResult
     for method in methods:
         if method == "sim":
             result = simulate(network, seed=seed, max_wall_s=max_wall_s)
             _write_samples(run_dir, result)
         else:
-            result = operational(network, method=method)
+            # every method but "sim" is an operational one: unknown methods were refused above
+            result = operational(network, method=cast(Method, method))
         rows += _rows(result, method)
         summary["methods"][method] = {
             "bottleneck": result.bottleneck,
@@ -332,15 +335,17 @@ def _row(
     kind: str, entity: str, metric: str, method: str, value: float, half: float | None, scale: float
 ) -> dict[str, Any]:
     finite = value if np.isfinite(value) else None
-    ci = half is not None and finite is not None and np.isfinite(half)
+    ci_low = ci_high = None
+    if half is not None and finite is not None and np.isfinite(half):
+        ci_low, ci_high = finite - half * scale, finite + half * scale
     return {
         "kind": kind,
         "entity": entity,
         "metric": metric,
         "method": method,
         "predicted": finite,
-        "ci_low": finite - half * scale if ci else None,
-        "ci_high": finite + half * scale if ci else None,
+        "ci_low": ci_low,
+        "ci_high": ci_high,
     }
 
 

@@ -353,9 +353,9 @@ async def _coordinate(
     finally:
         await coordinator.stop()
     brokers_cpu = {broker: _per_phase(m) for broker, m in marks.items()}
-    for broker, cpu in brokers_cpu.items():
-        if "measure" in cpu:
-            phases.cpu_s[broker] = cpu["measure"]
+    for broker, phase_cpu in brokers_cpu.items():
+        if "measure" in phase_cpu:
+            phases.cpu_s[broker] = phase_cpu["measure"]
     started = coordinator.started.values()
     phases.cpu_s["clients"] = round(sum(s.cpu_s.get("measure", 0.0) for s in started), 4)
     return phases, brokers_cpu, [s.record() for s in started]

@@ -9,7 +9,7 @@ though they match the same events.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -118,6 +118,10 @@ class Filter:
     """An immutable conjunction of constraints; the empty filter matches everything."""
 
     __slots__ = ("_constraints", "_set", "_hash", "_predicate", "__weakref__")
+    _constraints: tuple[Constraint, ...]
+    _set: frozenset[Constraint]
+    _hash: int
+    _predicate: Callable[[Mapping[str, Any]], bool] | None  # compiled on first use
 
     def __init__(self, constraints: Iterable[Constraint] = ()) -> None:
         unique = frozenset(constraints)

@@ -411,7 +411,7 @@ class MatchIndex(Generic[K]):
             return
         if isinstance(holder, _Sorted):
             holder.remove(filed.bound, key)
-            if not holder:
+            if not holder and parent is not None:  # (a sorted list always has one)
                 del parent[filed.parent_key]
         else:
             holder.discard(key)

@@ -249,9 +249,9 @@ class Router:
             if not holders:
                 del neighbour.demand[f]
                 neighbour.demand_index.discard(f)
-                entry = neighbour.forwarded.get(f)
-                if entry is not None:
-                    actions += self._reforward_uncovered(neighbour, target, entry)
+                gone = neighbour.forwarded.get(f)
+                if gone is not None:
+                    actions += self._reforward_uncovered(neighbour, target, gone)
         return actions
 
     def _reforward_uncovered(

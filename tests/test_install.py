@@ -155,6 +155,16 @@ covered: bool = covers(parse_filter("price > 3"), parse_filter("price > 5"))
 """
 
 
+def test_make_test_type_checks_every_layer() -> None:
+    """`make test` runs `mypy` with no arguments: its configured files are every layer,
+    so a package added later is checked too (or this fails)."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert sorted(config["files"]) == sorted(LAYERS)
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile.split("\ntest: ", 1)[1].split("\n\n", 1)[0]
+    assert "\n\t$(BIN)/mypy\n" in recipe
+
+
 @pytest.mark.integration
 def test_a_users_code_is_type_checked_against_the_installed_libraries(
     venv: Path, tmp_path: Path

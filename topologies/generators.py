@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from topologies.model import BrokerSpec, CaseStudy, Deployment, EventSpec, Topology
 
@@ -150,7 +151,7 @@ def _deployment_lines(deployment: Deployment) -> list[str]:
 
 
 def _event_lines(event: EventSpec) -> list[str]:
-    def table(items: dict[str, object]) -> str:
+    def table(items: Mapping[str, object]) -> str:
         return "{" + ", ".join(f"{_key(name)} = {_value(v)}" for name, v in items.items()) + "}"
 
     lines = [f"type = {_str(event.type)}", f"weight = {event.weight!r}"]

@@ -131,7 +131,7 @@ class HopRecorder:
         self._names: dict[str, tuple[str, str]] = {}  # links named since the last blob
         self._new_outcomes: dict[int, tuple[str, ...]] = {}  # likewise coded
         self._reads: list[tuple[Any, ...]] = []
-        self._frames: list[bytes] = []  # of each read
+        self._frames: list[bytes | bytearray] = []  # of each read
         self._frame_bytes = 0
         self._rows: list[bytes | bytearray] = []  # of each read: an EVENT_ROW per event
         self._row_bytes = 0
@@ -142,7 +142,7 @@ class HopRecorder:
         )
         self._widen_pipe()
         self._await_writer(WRITER_START_S)
-        self._blobs: queue.Queue[tuple[int, int, list[bytes]] | None] = queue.Queue()
+        self._blobs: queue.Queue[tuple[int, int, list[bytes | bytearray]] | None] = queue.Queue()
         self._queued = 0  # bytes of the blobs in `_blobs`
         self._queued_lock = threading.Lock()
         self._shipper = threading.Thread(target=self._ship, name="hop-trace", daemon=True)
@@ -168,7 +168,11 @@ class HopRecorder:
         return code
 
     def add_read(
-        self, read: tuple[Any, ...], frames: bytes, rows: bytes | bytearray, notes: list[Any]
+        self,
+        read: tuple[Any, ...],
+        frames: bytes | bytearray,
+        rows: bytes | bytearray,
+        notes: list[Any],
     ) -> None:
         """Buffer the rows of the events handled from one read: `read` holds the values
         of `READ_FIELDS`, `frames` the read's frames (its messages', in order), `rows`
@@ -276,7 +280,7 @@ class HopRecorder:
 _IOV_MAX = os.sysconf("SC_IOV_MAX")
 
 
-def _write_all(fd: int, parts: list[bytes]) -> None:
+def _write_all(fd: int, parts: list[bytes | bytearray]) -> None:
     """Write `parts` one after the other to `fd` (blocking), in as few system calls as
     the limit of buffers per `writev` allows."""
     views = [memoryview(p) for p in parts if p]

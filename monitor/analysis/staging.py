@@ -62,8 +62,12 @@ def stage_traces(run_dir: Path, root: Path) -> Staged:
         )
     shutil.rmtree(root, ignore_errors=True)
     jobs = [(table, path) for table, paths in files.items() for path in paths]
+
+    def convert(job: tuple[str, Path]) -> tuple[int, str | None]:
+        return _convert(*job, root)
+
     with ThreadPoolExecutor(os.cpu_count()) as pool:
-        results = list(pool.map(lambda job: _convert(*job, root), jobs))
+        results = list(pool.map(convert, jobs))
     staged = Staged(root)
     for table in TABLES:
         staged.files[table] = len(files[table])

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
@@ -291,19 +291,22 @@ class Network:
                         f"stations {unknown}"
                     )
 
+    # The delay fields accept a number or samples, and __post_init__ has made each an
+    # array (`as_samples`): hence the casts below.
+
     def link_samples(self, parent: str, child: str) -> np.ndarray:
         """The delay samples of the link from station `parent` to `child`."""
-        return self.link_delays_ns.get((parent, child), self.link_delay_ns)
+        return cast(np.ndarray, self.link_delays_ns.get((parent, child), self.link_delay_ns))
 
     def publish_samples(self, root: str) -> np.ndarray:
         """The delay samples from a publication to the root station `root`."""
-        return self.publish_delays_ns.get(root, self.publish_delay_ns)
+        return cast(np.ndarray, self.publish_delays_ns.get(root, self.publish_delay_ns))
 
     def deliver_samples(self, cls: str, subscriber: str) -> np.ndarray:
         """The delay samples from the delivering station to `subscriber`, for events
         of class `cls`."""
         pooled = self.deliver_delays_ns.get(subscriber, self.deliver_delay_ns)
-        return self.deliver_delays_ns.get((cls, subscriber), pooled)
+        return cast(np.ndarray, self.deliver_delays_ns.get((cls, subscriber), pooled))
 
     def station(self, name: str) -> Station:
         """The station called `name`."""

@@ -185,8 +185,9 @@ def _erfc_scaled(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     callers can fold exp(-z**2) into other exponents without overflow.
     """
     t = 1.0 / (1.0 + 0.5 * z)
-    poly = 0.17087277
-    for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418):
+    # Horner's rule; its first step is written out so that poly is an array throughout.
+    poly = -0.82215223 + t * 0.17087277
+    for c in (1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418):
         poly = c + t * poly
     for c in (0.37409196, 1.00002368, -1.26551223):
         poly = c + t * poly
@@ -239,8 +240,14 @@ class _SharedCpu:
             if capacity[h] < hosts.count(h)
         ]
         shared = {s.name for s in network.stations if capacity[s.host] < hosts.count(s.host)}
-        station, node_service, parent, depth, rate = [], [], [], [], []
-        link_mean, link_var = [], []  # of the link into each node (0 at the root)
+        station: list[int] = []
+        node_service: list[float] = []
+        parent: list[int] = []
+        depth: list[int] = []
+        rate: list[float] = []
+        # of the link into each node (0 at the root)
+        link_mean: list[float] = []
+        link_var: list[float] = []
         pairs: list[tuple[int, int, int]] = []
         for cls in network.classes:
             for p, tree in cls.trees:

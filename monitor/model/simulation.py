@@ -460,7 +460,10 @@ def simulate(
 
     def start(j: int, now: float, joined: float, offset: int, published: float) -> None:
         """Put an event into service at idle station j."""
-        work = nodes[offset + j][2]()
+        node = nodes[offset + j]
+        # Events only reach stations of their own tree, whose nodes _compile filled in.
+        assert node is not None
+        work = node[2]()
         busy[j] = True
         current[j] = (joined, offset, published, work, now)
         if not shared[j]:
