@@ -61,7 +61,7 @@ import trio
 
 from broker.messages import unfrozen_twin
 from broker.netio import socket_fd
-from broker.outgoing import Outgoing, OutQueue
+from broker.outgoing import Outgoing
 from broker.protocol import (
     PROTOCOL_VERSION,
     Bye,
@@ -86,6 +86,7 @@ from broker.protocol import (
     new_event_frame,
 )
 from broker.security import secret_from_env
+from client.shared_queue import SharedOutQueue
 from client.socket_reader import SocketReader
 from routing import Filter, parse_filter, validate_event
 
@@ -234,13 +235,14 @@ class _SendCounters:
     bytes_out: int = 0
 
 
-def _outgoing_queue(fd: int | None) -> OutQueue:
+def _outgoing_queue(fd: int | None) -> SharedOutQueue:
     """A connection's queue of frames for its writer: at most ``OUTGOING_FRAMES``
     waiting, all of them sent in one batch. Its `Outgoing` never defers (that is for a
     broker handling a read), so a put wakes an idle writer at once; but a publish that
     comes ``WRITE_THROUGH_GAP_NS`` or more after the one before is written through the
-    socket ``fd`` (None: TLS) if the writer is idle (`OutQueue.put_through`)."""
-    return OutQueue(OUTGOING_FRAMES, OUTGOING_FRAMES, Outgoing(), _SendCounters(), fd)
+    socket ``fd`` (None: TLS) if the writer is idle (`OutQueue.put_through`). The
+    blocking client's callers may write through it from their threads too."""
+    return SharedOutQueue(OUTGOING_FRAMES, OUTGOING_FRAMES, Outgoing(), _SendCounters(), fd)
 
 
 _VALUE_TYPES = frozenset({int, float, str, bool, bytes})
@@ -894,7 +896,7 @@ class AsyncClient:
             self._fail(_lost(f"the client's I/O task failed: {cause!r}", cause))
             raise
         finally:
-            self._fail(ConnectionLost("the connection's I/O task ended"))
+            self._fail(ConnectionLost("the connection's I/O task ended"))  # closes the queue
             await trio.aclose_forcefully(self._stream)
             self._io_done.set()
 
@@ -923,6 +925,7 @@ class AsyncClient:
         attempt; its ``_restore`` task then makes it ready."""
         policy, open_stream = self._policy, self._open_stream
         assert policy is not None and open_stream is not None
+        self._outgoing.close()  # before its socket (`client.shared_queue`)
         await trio.aclose_forcefully(self._stream)
         delay = policy.initial_s
         while True:

@@ -9,14 +9,17 @@ The hand-off between the caller's thread and the trio thread is what a blocking
 client costs beyond the trio client, so it is kept off the way of each event:
 
 * ``publish`` checks and encodes the event in the caller's thread (an invalid event
-  raises there, before anything is sent) and appends its frame to a list shared with
-  a feeder task in the trio thread (`_Feeder`), which it wakes with one
-  ``run_sync_soon`` per batch: a publisher in a loop wakes it once per batch of
-  frames, not once per event. The list holds at most ``OUTGOING_FRAMES`` frames; a
-  publish that finds it full waits until the feeder takes them (backpressure, as
-  the trio client's full queue). ``flush`` and ``close`` first wait until the feeder
-  has handed every frame published before to the connection, so their guarantees
-  are the trio client's.
+  raises there, before anything is sent). A publish alone in time (as the trio
+  client's write-through decides) that finds nothing published before still on its
+  way and the connection idle is written on the socket from the caller's thread
+  (`client.shared_queue` says how the two threads share the socket): no hand-off at
+  all. Otherwise its frame is appended to a list shared with a feeder task in the
+  trio thread (`_Feeder`), which it wakes with one ``run_sync_soon`` per batch: a
+  publisher in a loop wakes it once per batch of frames, not once per event. The
+  list holds at most ``OUTGOING_FRAMES`` frames; a publish that finds it full waits
+  until the feeder takes them (backpressure, as the trio client's full queue).
+  ``flush`` and ``close`` first wait until the feeder has handed every frame
+  published before to the connection, so their guarantees are the trio client's.
 * a subscription's deliveries go from the trio client's I/O task straight into a
   thread-safe queue (``queue.SimpleQueue``) that ``next`` takes from, without
   waking the trio thread; or, for a subscription with a handler, to the handler,
@@ -82,7 +85,12 @@ class _Feeder:
         self._came = trio.lowlevel.ParkingLot()  # the feeder task waits here
         self._idle = trio.lowlevel.ParkingLot()  # `drained` waits here
         self._last_ns = 0  # time.monotonic_ns() of the last hand-over
-        self._trio_thread = threading.get_ident()  # (made there, by `_serve`)
+        self.trio_thread = threading.get_ident()  # (made there, by `_serve`)
+
+    @property
+    def busy(self) -> bool:
+        """Frames are waiting or being handed over to the connection."""
+        return self._busy
 
     def put(self, frames: list[bytes]) -> None:
         """Queue ``frames`` (in the caller's thread); wait while OUTGOING_FRAMES wait,
@@ -93,7 +101,7 @@ class _Feeder:
                 self._raise_error()
                 if not self._frames or len(self._frames) + len(frames) <= OUTGOING_FRAMES:
                     break
-                if threading.get_ident() == self._trio_thread:
+                if threading.get_ident() == self.trio_thread:
                     break
                 self._taken.wait()
             self._frames += frames
@@ -246,6 +254,7 @@ class Client:
         self._closed = False  # close() was called
         self._seq_lock = threading.Lock()
         self._event_seq = 0  # of the last event published with a default id
+        self._last_publish_ns = 0  # time.monotonic_ns() of the last publish
 
     @classmethod
     def connect(
@@ -379,14 +388,38 @@ class Client:
         name = self._aclient.name
         event = _checked(attributes)
         if event_id is not None:
-            self._feeder.put([_encoded(event_id, name, event, time.time_ns())])
+            self._send(_encoded(event_id, name, event, time.time_ns()))
             return event_id
         with self._seq_lock:  # (a rejected event uses no id)
             seq = self._event_seq + 1
             frame = _encoded(f"{name}:{seq}", name, event, time.time_ns())
             self._event_seq = seq
-        self._feeder.put([frame])
+        self._send(frame)
         return f"{name}:{seq}"
+
+    def _send(self, frame: bytes) -> None:
+        """Send a publish's ``frame``: written on the socket from this thread when it
+        comes alone in time and the connection is idle (`client.shared_queue`: no
+        hand-off to the I/O thread), else handed to the feeder."""
+        now = time.monotonic_ns()
+        alone = now - self._last_publish_ns >= WRITE_THROUGH_GAP_NS
+        self._last_publish_ns = now
+        if alone and threading.get_ident() != self._feeder.trio_thread:
+            outgoing = self._aclient._outgoing
+            rest = outgoing.write_from_thread(frame, self._idle)
+            if rest is not None:
+                if rest:  # the writer sends it: wake it in the trio thread
+                    try:
+                        self._token.run_sync_soon(outgoing.resume_writer)
+                    except trio.RunFinishedError:
+                        raise ClientClosed("the client is closed") from None
+                return
+        self._feeder.put([frame])
+
+    def _idle(self) -> bool:
+        """Whether nothing published before is still on its way to the connection, and
+        the connection takes publishes now."""
+        return not self._feeder.busy and self._aclient._room_now() > 0
 
     def publish_many(self, events: Iterable[Mapping[str, Any]]) -> list[str]:
         """Publish ``events`` in order; return their ids (see

@@ -41,6 +41,7 @@ from broker.protocol import (
     encode_frame,
 )
 from client.aio import OUTGOING_FRAMES
+from client.shared_queue import SharedOutQueue
 from routing import Filter, FilterSyntaxError, parse_filter
 
 _T = TypeVar("_T")
@@ -1311,3 +1312,58 @@ def test_blocking_next_batch_takes_what_was_received_then_the_end(
         assert [d.attributes["n"] for d in sub.next_batch(timeout=5)] == [5]
         with pytest.raises(client.SubscriptionClosed):
             sub.next_batch(timeout=5)
+
+
+def test_blocking_publish_alone_in_time_goes_out_while_the_io_thread_is_busy(
+    thread_broker: FakeBroker,
+) -> None:
+    """A lone publish is written from the caller's thread: it reaches the broker while
+    the client's I/O thread is held (here in a handler), with no hand-off to it."""
+    held, release = threading.Event(), threading.Event()
+
+    def handler(delivery: client.Delivery) -> None:
+        held.set()
+        release.wait(10)
+
+    with blocking(thread_broker) as c:
+        c.subscribe("family = 7", handler=handler)
+        c.publish({"family": 7, "n": 0})
+        assert held.wait(5)
+        c.publish({"family": 8, "n": 1})
+        deadline = time.monotonic() + 2  # (the handler holds the I/O thread for 10 s)
+        while Publish not in thread_broker.kinds()[3:] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        got = [m.attributes["n"] for m in thread_broker.received if isinstance(m, Publish)]
+        release.set()
+        assert got == [0, 1]
+
+
+def test_blocking_publishes_the_socket_takes_in_part_arrive_whole_and_in_order(
+    thread_broker: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the broker reads nothing, lone publishes written from the caller's thread
+    fill the socket: the one it takes in part is finished by the I/O thread's writer
+    before anything after it, and every event arrives whole, in order."""
+    written: list[bytes | None] = []
+    write_from_thread = SharedOutQueue.write_from_thread
+
+    def spy(queue: SharedOutQueue, frame: bytes, ready: Callable[[], bool]) -> bytes | None:
+        rest = write_from_thread(queue, frame, ready)
+        written.append(rest)
+        return rest
+
+    monkeypatch.setattr(SharedOutQueue, "write_from_thread", spy)
+    thread_broker.read_gate = trio.Event()
+    count, blob = 200, bytes(range(256)) * 200  # 51 KB each: ~10 MB, more than the buffers
+    with blocking(thread_broker) as c:
+        for n in range(count):
+            time.sleep(0.0002)  # alone in time (`WRITE_THROUGH_GAP_NS`)
+            c.publish({"n": n, "blob": blob})
+        trio.from_thread.run_sync(thread_broker.read_gate.set, trio_token=thread_broker.token)
+        deadline = time.monotonic() + 10
+        while thread_broker.kinds().count(Publish) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert b"" in written and any(written), "no whole and no partial write from the thread"
+    published = [m.attributes for m in thread_broker.received if isinstance(m, Publish)]
+    assert [a["n"] for a in published] == list(range(count))
+    assert all(a["blob"] == blob for a in published)
