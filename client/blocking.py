@@ -88,9 +88,10 @@ class _Feeder:
         self.trio_thread = threading.get_ident()  # (made there, by `_serve`)
 
     @property
-    def busy(self) -> bool:
-        """Frames are waiting or being handed over to the connection."""
-        return self._busy
+    def idle(self) -> bool:
+        """No frames are waiting or being handed over, and no failure waits to be raised
+        by the next `put`."""
+        return not self._busy and self._error is None
 
     def put(self, frames: list[bytes]) -> None:
         """Queue ``frames`` (in the caller's thread); wait while OUTGOING_FRAMES wait,
@@ -419,7 +420,7 @@ class Client:
     def _idle(self) -> bool:
         """Whether nothing published before is still on its way to the connection, and
         the connection takes publishes now."""
-        return not self._feeder.busy and self._aclient._room_now() > 0
+        return self._feeder.idle and self._aclient._room_now() > 0
 
     def publish_many(self, events: Iterable[Mapping[str, Any]]) -> list[str]:
         """Publish ``events`` in order; return their ids (see

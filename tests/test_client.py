@@ -1354,7 +1354,7 @@ def test_blocking_publishes_the_socket_takes_in_part_arrive_whole_and_in_order(
 
     monkeypatch.setattr(SharedOutQueue, "write_from_thread", spy)
     thread_broker.read_gate = trio.Event()
-    count, blob = 200, bytes(range(256)) * 200  # 51 KB each: ~10 MB, more than the buffers
+    count, blob = 300, bytes(range(256)) * 200  # 51 KB each: 15 MB, ~3x what the buffers hold
     with blocking(thread_broker) as c:
         for n in range(count):
             time.sleep(0.0002)  # alone in time (`WRITE_THROUGH_GAP_NS`)
