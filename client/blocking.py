@@ -109,10 +109,7 @@ class _Feeder:
             if self._busy:
                 return
             self._busy = True
-        try:
-            self._token.run_sync_soon(self._hand_over)
-        except trio.RunFinishedError:
-            raise ClientClosed("the client is closed") from None
+        _soon(self._token, self._hand_over)
 
     def _raise_error(self) -> None:
         """Raise (once) what the feeder met, or the client's end (under the lock)."""
@@ -185,6 +182,15 @@ class _Feeder:
             error, self._error = self._error, None
         if error is not None:
             raise error
+
+
+def _soon(token: trio.lowlevel.TrioToken, fn: Callable[[], object]) -> None:
+    """Have the trio thread call ``fn`` soon, without waiting for it; ClientClosed once
+    that thread's run has ended."""
+    try:
+        token.run_sync_soon(fn)
+    except trio.RunFinishedError:
+        raise ClientClosed("the client is closed") from None
 
 
 async def _serve(
@@ -410,10 +416,7 @@ class Client:
             rest = outgoing.write_from_thread(frame, self._idle)
             if rest is not None:
                 if rest:  # the writer sends it: wake it in the trio thread
-                    try:
-                        self._token.run_sync_soon(outgoing.resume_writer)
-                    except trio.RunFinishedError:
-                        raise ClientClosed("the client is closed") from None
+                    _soon(self._token, outgoing.resume_writer)
                 return
         self._feeder.put([frame])
 
