@@ -201,6 +201,33 @@ def test_put_through_writes_a_lone_frame_at_once_and_queues_behind_others() -> N
     trio.run(main)
 
 
+def test_put_through_leaves_the_rest_of_a_partial_write_to_the_writer_first() -> None:
+    """A lone frame larger than the socket takes: the put writes what it can, the rest
+    is in flight (counted in `queued`) until the writer has sent it, before anything
+    queued after it; nothing else is written through meanwhile."""
+    lone = bytes(range(256)) * 16_384  # 4 MiB: more than the socket pair holds
+
+    async def main() -> None:
+        local, peer = await _pair()
+        async with trio.open_nursery() as nursery:
+            w = Writer(nursery, local)
+            await trio.testing.wait_all_tasks_blocked()
+            assert w.queue.put_through(lone)
+            assert w.queue.tail and lone.endswith(w.queue.tail)
+            assert 0 < w.counts.bytes_out < len(lone) and w.counts.messages_out == 0
+            assert w.queue.queued == w.outgoing.frames == 1 and not w.queue.writer_idle
+            assert w.queue.put_through(b"after;")  # queued behind the rest
+            assert w.queue.queued == 2
+            expected = lone + b"after;"
+            assert await _read_exactly(peer, len(expected)) == expected
+            await trio.testing.wait_all_tasks_blocked()
+            assert w.counts.messages_out == 2 and w.counts.bytes_out == len(expected)
+            assert w.queue.queued == w.outgoing.frames == 0 and w.queue.writer_idle
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
 def test_put_through_without_a_socket_wakes_the_writer() -> None:
     """No file descriptor (TLS, in-memory streams): the writer sends, as with put_nowait."""
 

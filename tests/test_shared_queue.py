@@ -116,16 +116,20 @@ async def test_the_rest_of_a_partial_write_goes_before_anything_queued_after_it(
         assert received == big + b"A" * 100 + b"B" * 100
 
 
-@pytest.mark.parametrize("action", ["close", "write_through"])
-def test_the_trio_sides_close_and_write_through_wait_for_a_write_in_progress(action: str) -> None:
+@pytest.mark.parametrize("action", ["close", "write_through", "put_through"])
+def test_the_trio_sides_close_and_writes_wait_for_a_write_in_progress(action: str) -> None:
     pair = _Pair()
     queue = pair.queue
     queue.writer_idle = True  # (no writer task here: as if it were parked)
-    queue.frames.append(b"queued")
+    if action != "put_through":  # which writes its own frame on an empty queue
+        queue.frames.append(b"queued")
     done = threading.Event()
 
     def act() -> None:
-        getattr(queue, action)()
+        if action == "put_through":
+            queue.put_through(b"queued")
+        else:
+            getattr(queue, action)()
         done.set()
 
     with queue.lock:  # as `write_from_thread` holds it around its write
