@@ -63,7 +63,7 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 import trio
@@ -553,6 +553,16 @@ class Worker:
         self.proc.wait()
 
 
+class BrokerProcess(Protocol):
+    """What `scenario` needs of a system's broker: which clients speak to it, and the
+    CPU time its process has used so far."""
+
+    kind: str  # "hop" (our clients' protocol) or "mqtt"
+    client: str  # the clients' kind: trio, blocking, gmqtt, paho
+
+    def cpu_s(self) -> float: ...
+
+
 class Broker:
     """A hop broker or Mosquitto on a free loopback port, for one system."""
 
@@ -587,7 +597,9 @@ class Broker:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def scenario(broker: Broker, port: int, fanout: int, count: int, rate: float) -> dict[str, Any]:
+def scenario(
+    broker: BrokerProcess, port: int, fanout: int, count: int, rate: float
+) -> dict[str, Any]:
     """One run: filler, ``fanout`` subscribers, then the publisher; their results."""
     filler_client = "trio" if broker.kind == "hop" else "mqtt"
     workers: list[Worker] = []

@@ -1,0 +1,190 @@
+"""A floor for the broker's latency: a process that speaks the broker's protocol to
+our clients but does no routing, run on trio or on a plain `select.epoll` loop.
+
+It answers what a client needs answered (Hello, Subscribe, Unsubscribe, Flush, Ping;
+Bye ends the connection) and gives every event to the most recent subscription made
+on it, whatever its filter: no matching, no validation beyond the protocol's, no
+queues. A read that is exactly one whole Publish frame is spliced into that
+subscription's Deliver without decoding (`deliver_head` + the rest of the payload);
+any other read is decoded and each Publish in it encoded as a Deliver. Writes block
+until done, so it is meant for the latency setting (a few hundred events a second),
+not for saturation.
+
+Run: ``python -m bench.floor_relay --loop {trio,epoll} --port PORT``; prints
+``listening`` once it accepts connections; stopped by SIGTERM or SIGKILL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from broker.netio import receive_some, socket_fd
+from broker.protocol import (
+    PROTOCOL_VERSION,
+    PUBLISH_HEAD,
+    Bye,
+    Connection,
+    Flush,
+    FlushAck,
+    Hello,
+    Ping,
+    Pong,
+    Publish,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+    Welcome,
+    deliver_head,
+    encode_frame,
+)
+
+HOST = "127.0.0.1"
+READ_SIZE = 65536
+Write = Callable[[bytes], object]
+
+
+@dataclass
+class Target:
+    """The most recent subscription: where every event goes."""
+
+    write: Write
+    sub_id: int
+    head: bytes  # `deliver_head([sub_id])`
+
+
+@dataclass
+class Relay:
+    """The relay's state, shared by its connections."""
+
+    target: Target | None = None
+
+    def received(self, peer: Peer, data: bytes | bytearray) -> bool:
+        """Act on one read of ``peer``'s; False once the connection is to end."""
+        target = self.target
+        if (
+            target is not None
+            and data[4:6] == PUBLISH_HEAD
+            and int.from_bytes(data[:4], "big") == len(data) - 4
+        ):  # one whole Publish frame: spliced, not decoded
+            size = len(data) - 6 + len(target.head)
+            target.write(size.to_bytes(4, "big") + target.head + data[6:])
+            return True
+        conn = peer.conn
+        answers: list[bytes] = []
+        for message in conn.receive_data(data):
+            kind = type(message)
+            if kind is Publish:
+                if self.target is not None:
+                    deliver = message.to_deliver([self.target.sub_id])
+                    self.target.write(encode_frame(deliver))
+            elif kind is Hello:
+                answers.append(conn.send(Welcome(PROTOCOL_VERSION, "floor")))
+            elif kind is Subscribe:
+                answers.append(conn.send(SubAck(message.sub_id)))
+                self.target = Target(peer.write, message.sub_id, deliver_head([message.sub_id]))
+            elif kind is Unsubscribe:
+                answers.append(conn.send(UnsubAck(message.sub_id)))
+            elif kind is Flush:
+                answers.append(conn.send(FlushAck(message.token)))
+            elif kind is Ping:
+                answers.append(conn.send(Pong(message.nonce)))
+            elif kind is Bye:
+                return False
+        if answers:
+            peer.write(b"".join(answers))
+        return True
+
+
+@dataclass
+class Peer:
+    """One client connection: its protocol state and how to write to it."""
+
+    write: Write
+    conn: Connection = field(default_factory=lambda: Connection("acceptor"))
+
+
+def write_all(fd: int) -> Write:
+    """A write of all of a frame on the socket ``fd``, waiting for room if need be."""
+
+    def write(data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                select.select([], [fd], [])
+
+    return write
+
+
+def run_epoll(port: int) -> None:
+    """The relay on one `select.epoll` loop: wait, read, act, repeat."""
+    listener = socket.create_server((HOST, port))
+    poller = select.epoll()
+    poller.register(listener.fileno(), select.EPOLLIN)
+    relay = Relay()
+    peers: dict[int, tuple[socket.socket, Peer]] = {}
+    print("listening", flush=True)
+    while True:
+        for fd, _ in poller.poll():
+            if fd == listener.fileno():
+                sock, _ = listener.accept()
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                peers[sock.fileno()] = (sock, Peer(write_all(sock.fileno())))
+                poller.register(sock.fileno(), select.EPOLLIN)
+                continue
+            sock, peer = peers[fd]
+            try:
+                data = os.read(fd, READ_SIZE)
+            except ConnectionError:
+                data = b""
+            if not data or not relay.received(peer, data):
+                poller.unregister(fd)
+                del peers[fd]
+                sock.close()
+
+
+def run_trio(port: int) -> None:
+    """The relay on trio, reading as the broker does (`broker.netio.receive_some`)."""
+    relay = Relay()
+
+    async def serve(stream: trio.SocketStream) -> None:
+        fd = socket_fd(stream)
+        assert fd is not None
+        peer = Peer(write_all(fd))
+        try:
+            while True:
+                data = await receive_some(stream, fd, READ_SIZE)
+                if not data or not relay.received(peer, data):
+                    return
+        except (OSError, trio.BrokenResourceError):
+            return
+        finally:
+            await stream.aclose()
+
+    async def main() -> None:
+        listeners = await trio.open_tcp_listeners(port, host=HOST)
+        print("listening", flush=True)
+        await trio.serve_listeners(serve, listeners)
+
+    trio.run(main)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--loop", choices=("trio", "epoll"), required=True)
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    (run_trio if args.loop == "trio" else run_epoll)(args.port)
+
+
+if __name__ == "__main__":
+    main()

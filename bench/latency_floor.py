@@ -1,0 +1,155 @@
+"""How far the broker's latency at 500 events/s is from what a Python process can reach.
+
+``python -m bench.latency_floor [--rounds N] [--events N] [--out FILE]`` runs the
+``latency_500`` setting of `bench.client_api` (one trio publisher calling
+``await c.publish(event)``, one ``next_batch`` subscriber, 999 filler subscriptions,
+150-byte events, 500 events/s) against four systems, their order reversed every
+other round:
+
+* ``hop-trio``: ``hop broker``, as in `bench.client_api`;
+* ``floor-trio``: `bench.floor_relay` on trio: the protocol without routing, each
+  event spliced into the newest subscription's Deliver;
+* ``floor-epoll``: the same relay on a plain `select.epoll` loop;
+* ``mosquitto-gmqtt``: Mosquitto driven by gmqtt, the baseline of the client
+  library's p50 target (skipped, with the reason recorded, if Mosquitto or gmqtt is
+  missing).
+
+So ``hop-trio`` minus ``floor-trio`` is what the broker's decoding, routing and
+queueing add to an event's latency, and ``floor-trio`` minus ``floor-epoll`` what
+trio's pass adds, each as the median of the per-round differences (the systems of a
+round ran one after the other). Reported per system: the p50 of every round, the
+median over rounds, and the broker process's CPU per event. Writes
+bench/results/latency_floor.json (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.client_api import LOW_RATE, Broker, scenario
+from bench.common import REPO, median, write_result
+from bench.mqtt import find_mosquitto
+
+SYSTEMS = ("hop-trio", "floor-trio", "floor-epoll", "mosquitto-gmqtt")
+START_TIMEOUT_S = 30.0
+
+
+class FloorRelay:
+    """`bench.floor_relay` as a system of `bench.client_api.scenario`."""
+
+    kind = "hop"  # spoken to by our clients
+    client = "trio"
+
+    def __init__(self, loop: str) -> None:
+        self.loop = loop
+        self._proc: subprocess.Popen[str] | None = None
+
+    def start(self, workdir: Path) -> int:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        cmd = [sys.executable, "-m", "bench.floor_relay", "--loop", self.loop, "--port", str(port)]
+        self._proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline().strip()
+        if line != "listening":
+            self.stop()
+            raise RuntimeError(f"floor relay ({self.loop}) did not start: {line or 'no output'}")
+        return port
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+    def cpu_s(self) -> float:
+        """CPU time (user + system) the relay process has used so far."""
+        assert self._proc is not None
+        fields = Path(f"/proc/{self._proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def unavailable(system: str) -> str | None:
+    """Why ``system`` cannot run here, or None."""
+    if system != "mosquitto-gmqtt":
+        return None
+    if importlib.util.find_spec("gmqtt") is None:
+        return "gmqtt is not installed (pip install -e '.[bench]')"
+    return find_mosquitto()[1]
+
+
+def run(rounds: int, events: int, systems: tuple[str, ...] = SYSTEMS) -> dict[str, Any]:
+    skipped = {s: why for s in systems if (why := unavailable(s)) is not None}
+    running = [s for s in systems if s not in skipped]
+    mosquitto = find_mosquitto()[0] if "mosquitto-gmqtt" in running else None
+    samples: dict[str, list[dict[str, Any]]] = {s: [] for s in running}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for system in running if r % 2 == 0 else running[::-1]:
+                target = (
+                    FloorRelay(system.split("-", 1)[1])
+                    if system.startswith("floor")
+                    else Broker(system, mosquitto)
+                )
+                port = target.start(Path(tmp))
+                try:
+                    samples[system].append(scenario(target, port, 1, events, LOW_RATE))
+                finally:
+                    target.stop()
+                print(f"round {r} {system}: p50 {samples[system][-1]['p50_us']} us", flush=True)
+    p50 = {s: [run["p50_us"] for run in runs] for s, runs in samples.items()}
+    return {
+        "rounds": rounds,
+        "events": events,
+        "rate": LOW_RATE,
+        "skipped": skipped,
+        "p50_us": p50,
+        "p50_median_us": {s: median(v) for s, v in p50.items()},
+        "broker_cpu_us_per_event": {
+            s: median([run["broker_cpu_us_per_event"] for run in runs])
+            for s, runs in samples.items()
+        },
+        "lost": {s: sum(run["lost"] for run in runs) for s, runs in samples.items()},
+        "differences_us": {
+            f"{a} - {b}": median([x - y for x, y in zip(p50[a], p50[b], strict=True)])
+            for a, b in (
+                ("hop-trio", "floor-trio"),
+                ("floor-trio", "floor-epoll"),
+                ("hop-trio", "mosquitto-gmqtt"),
+                ("floor-epoll", "mosquitto-gmqtt"),
+            )
+            if a in p50 and b in p50
+        },  # fmt: skip
+        "runs": samples,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10, help="rounds (default 10)")
+    parser.add_argument("--events", type=int, default=2000, help="events per run (default 2000)")
+    parser.add_argument("--out", type=Path, help="result file (default: latency_floor.json)")
+    args = parser.parse_args(argv)
+    result = run(args.rounds, args.events)
+    print(write_result("latency_floor", result, args.out))
+    for system, value in result["p50_median_us"].items():
+        cpu = result["broker_cpu_us_per_event"][system]
+        print(f"{system:16} p50 {value:7.1f} us (rounds: {sorted(result['p50_us'][system])}), "
+              f"broker CPU {cpu} us/event")  # fmt: skip
+    for pair, value in result["differences_us"].items():
+        print(f"{pair}: {value:+.1f} us (median of the rounds' differences)")
+    for system, why in result["skipped"].items():
+        print(f"skipped {system}: {why}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""bench.floor_relay speaks the protocol to our client on both loops and hands it every
+event, spliced or decoded; bench.latency_floor's short run reports every system's p50
+per round and the paired differences it names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+import client
+from bench import latency_floor
+from bench.common import median
+
+
+@pytest.mark.parametrize("loop", ["trio", "epoll"])
+def test_the_relay_delivers_every_event_to_the_newest_subscription(
+    loop: str, tmp_path: Path
+) -> None:
+    relay = latency_floor.FloorRelay(loop)
+    port = relay.start(tmp_path)
+
+    async def main() -> list[int]:
+        async with (
+            client.open_client("127.0.0.1", port, name="sub") as sub_client,
+            client.open_client("127.0.0.1", port, name="pub") as pub_client,
+        ):
+            await sub_client.subscribe("n > 1000")  # older: gets nothing
+            sub = await sub_client.subscribe("n >= 0")
+            for n in range(20):  # one frame a read: spliced
+                await pub_client.publish({"n": n})
+                await trio.sleep(0.002)
+            await pub_client.publish_many([{"n": n} for n in range(20, 60)])  # decoded
+            await pub_client.flush()
+            got: list[int] = []
+            with trio.fail_after(10):
+                while len(got) < 60:
+                    got += [d.attributes["n"] for d in await sub.next_batch()]
+            assert sub.id == 2
+            return got
+
+    try:
+        assert trio.run(main) == list(range(60))
+        assert relay.cpu_s() >= 0
+    finally:
+        relay.stop()
+
+
+def test_a_short_run_reports_each_system_and_the_paired_differences() -> None:
+    systems = ("hop-trio", "floor-trio", "floor-epoll")
+    result = latency_floor.run(rounds=2, events=200, systems=systems)
+    assert result["skipped"] == {} and list(result["p50_us"]) == list(systems)
+    for system in systems:
+        p50 = result["p50_us"][system]
+        assert len(p50) == 2 and all(0 < v < 100_000 for v in p50)
+        assert result["p50_median_us"][system] == median(p50)
+        assert result["broker_cpu_us_per_event"][system] > 0
+        assert result["lost"][system] == 0
+    p50 = result["p50_us"]
+    assert set(result["differences_us"]) == {"hop-trio - floor-trio", "floor-trio - floor-epoll"}
+    assert result["differences_us"]["hop-trio - floor-trio"] == median(
+        [a - b for a, b in zip(p50["hop-trio"], p50["floor-trio"], strict=True)]
+    )
