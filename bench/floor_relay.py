@@ -3,20 +3,26 @@ our clients but does no routing, run on trio or on a plain `select.epoll` loop.
 
 It answers what a client needs answered (Hello, Subscribe, Unsubscribe, Flush, Ping;
 Bye ends the connection) and gives every event to the most recent subscription made
-on it, whatever its filter: no matching, no validation beyond the protocol's, no
-queues. A read that is exactly one whole Publish frame is spliced into that
-subscription's Deliver without decoding (`deliver_head` + the rest of the payload);
-any other read is decoded and each Publish in it encoded as a Deliver. Writes block
-until done, so it is meant for the latency setting (a few hundred events a second),
-not for saturation.
+on it: no validation beyond the protocol's, no queues. A read that is exactly one
+whole Publish frame is spliced into that subscription's Deliver (`deliver_head` +
+the rest of the payload); any other read is decoded and each Publish in it encoded
+as a Deliver. Writes block until done, so it is meant for the latency setting (a
+few hundred events a second), not for saturation.
 
-Run: ``python -m bench.floor_relay --loop {trio,epoll} --port PORT``; prints
-``listening`` once it accepts connections; stopped by SIGTERM or SIGKILL.
+``--work`` adds the broker's work back a step at a time, on spliced frames: ``none``
+(no decoding, no matching), ``decode`` (the payload decoded with `msgpack.unpackb`,
+then dropped), ``route`` (decoded, and routed by a `routing.Router` that holds every
+subscription the relay was sent; the event goes to the newest subscription only if
+the router's decision names it).
+
+Run: ``python -m bench.floor_relay --loop {trio,epoll} --port PORT [--work WORK]``;
+prints ``listening`` once it accepts connections; stopped by SIGTERM or SIGKILL.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import select
 import socket
@@ -24,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
+from msgpack import unpackb
 
 from broker.netio import receive_some, socket_fd
 from broker.protocol import (
@@ -45,10 +52,13 @@ from broker.protocol import (
     deliver_head,
     encode_frame,
 )
+from routing import Filter
+from routing.router import Router
 
 HOST = "127.0.0.1"
 READ_SIZE = 65536
 Write = Callable[[bytes], object]
+WORK = ("none", "decode", "route")
 
 
 @dataclass
@@ -56,6 +66,7 @@ class Target:
     """The most recent subscription: where every event goes."""
 
     write: Write
+    link: int  # its connection's number
     sub_id: int
     head: bytes  # `deliver_head([sub_id])`
 
@@ -64,7 +75,9 @@ class Target:
 class Relay:
     """The relay's state, shared by its connections."""
 
+    work: str = "none"
     target: Target | None = None
+    router: Router = field(default_factory=Router)
 
     def received(self, peer: Peer, data: bytes | bytearray) -> bool:
         """Act on one read of ``peer``'s; False once the connection is to end."""
@@ -73,7 +86,11 @@ class Relay:
             target is not None
             and data[4:6] == PUBLISH_HEAD
             and int.from_bytes(data[:4], "big") == len(data) - 4
-        ):  # one whole Publish frame: spliced, not decoded
+        ):  # one whole Publish frame: spliced
+            if self.work != "none":
+                wire = unpackb(memoryview(data)[4:], raw=False, strict_map_key=False)
+                if self.work == "route" and not self._wanted(peer, wire[3], target):
+                    return True
             size = len(data) - 6 + len(target.head)
             target.write(size.to_bytes(4, "big") + target.head + data[6:])
             return True
@@ -82,14 +99,22 @@ class Relay:
         for message in conn.receive_data(data):
             kind = type(message)
             if kind is Publish:
-                if self.target is not None:
-                    deliver = message.to_deliver([self.target.sub_id])
-                    self.target.write(encode_frame(deliver))
+                target = self.target
+                if target is not None and (
+                    self.work != "route" or self._wanted(peer, message.attributes, target)
+                ):
+                    target.write(encode_frame(message.to_deliver([target.sub_id])))
             elif kind is Hello:
                 answers.append(conn.send(Welcome(PROTOCOL_VERSION, "floor")))
+                self.router.add_client(peer.link)
             elif kind is Subscribe:
                 answers.append(conn.send(SubAck(message.sub_id)))
-                self.target = Target(peer.write, message.sub_id, deliver_head([message.sub_id]))
+                if self.work == "route":
+                    self.router.subscribe(
+                        peer.link, message.sub_id, Filter.from_wire(message.filter)
+                    )
+                head = deliver_head([message.sub_id])
+                self.target = Target(peer.write, peer.link, message.sub_id, head)
             elif kind is Unsubscribe:
                 answers.append(conn.send(UnsubAck(message.sub_id)))
             elif kind is Flush:
@@ -102,12 +127,21 @@ class Relay:
             peer.write(b"".join(answers))
         return True
 
+    def _wanted(self, peer: Peer, attributes: dict[str, object], target: Target) -> bool:
+        """Whether the router sends an event from ``peer`` to ``target``'s subscription."""
+        sub_ids = self.router.route(peer.link, attributes).deliver.get(target.link)
+        return sub_ids is not None and target.sub_id in sub_ids
+
+
+_links = itertools.count(1)
+
 
 @dataclass
 class Peer:
-    """One client connection: its protocol state and how to write to it."""
+    """One client connection: its number, protocol state and how to write to it."""
 
     write: Write
+    link: int = field(default_factory=lambda: next(_links))
     conn: Connection = field(default_factory=lambda: Connection("acceptor"))
 
 
@@ -125,12 +159,12 @@ def write_all(fd: int) -> Write:
     return write
 
 
-def run_epoll(port: int) -> None:
+def run_epoll(port: int, work: str) -> None:
     """The relay on one `select.epoll` loop: wait, read, act, repeat."""
     listener = socket.create_server((HOST, port))
     poller = select.epoll()
     poller.register(listener.fileno(), select.EPOLLIN)
-    relay = Relay()
+    relay = Relay(work)
     peers: dict[int, tuple[socket.socket, Peer]] = {}
     print("listening", flush=True)
     while True:
@@ -152,9 +186,9 @@ def run_epoll(port: int) -> None:
                 sock.close()
 
 
-def run_trio(port: int) -> None:
+def run_trio(port: int, work: str) -> None:
     """The relay on trio, reading as the broker does (`broker.netio.receive_some`)."""
-    relay = Relay()
+    relay = Relay(work)
 
     async def serve(stream: trio.SocketStream) -> None:
         fd = socket_fd(stream)
@@ -182,8 +216,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loop", choices=("trio", "epoll"), required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--work", choices=WORK, default="none", help="see the module doc")
     args = parser.parse_args(argv)
-    (run_trio if args.loop == "trio" else run_epoll)(args.port)
+    (run_trio if args.loop == "trio" else run_epoll)(args.port, args.work)
 
 
 if __name__ == "__main__":

@@ -7,19 +7,22 @@
 other round:
 
 * ``hop-trio``: ``hop broker``, as in `bench.client_api`;
-* ``floor-trio``: `bench.floor_relay` on trio: the protocol without routing, each
-  event spliced into the newest subscription's Deliver;
-* ``floor-epoll``: the same relay on a plain `select.epoll` loop;
+* ``floor-trio-route``: `bench.floor_relay` on trio, each event decoded and routed
+  by a `routing.Router` holding the subscriptions it was sent, then spliced into
+  the subscriber's Deliver;
+* ``floor-trio-decode``: the same, decoded but not routed;
+* ``floor-trio``: the same relay doing neither: the protocol, nothing more;
+* ``floor-epoll``: that relay on a plain `select.epoll` loop;
 * ``mosquitto-gmqtt``: Mosquitto driven by gmqtt, the baseline of the client
   library's p50 target (skipped, with the reason recorded, if Mosquitto or gmqtt is
   missing).
 
-So ``hop-trio`` minus ``floor-trio`` is what the broker's decoding, routing and
-queueing add to an event's latency, and ``floor-trio`` minus ``floor-epoll`` what
-trio's pass adds, each as the median of the per-round differences (the systems of a
-round ran one after the other). Reported per system: the p50 of every round, the
-median over rounds, and the broker process's CPU per event. Writes
-bench/results/latency_floor.json (or ``--out``).
+Each difference between neighbours is what one part of the broker's work adds to an
+event's latency (the rest of the broker's path, routing, decoding, trio's pass): the
+median and range of the per-round differences (the systems of a round ran one after
+the other). Reported per system: the p50 of every round, the median over rounds, and
+the broker process's CPU per event. Writes bench/results/latency_floor.json (or
+``--out``).
 """
 
 from __future__ import annotations
@@ -38,7 +41,22 @@ from bench.client_api import LOW_RATE, Broker, scenario
 from bench.common import REPO, median, write_result
 from bench.mqtt import find_mosquitto
 
-SYSTEMS = ("hop-trio", "floor-trio", "floor-epoll", "mosquitto-gmqtt")
+SYSTEMS = (
+    "hop-trio",
+    "floor-trio-route",
+    "floor-trio-decode",
+    "floor-trio",
+    "floor-epoll",
+    "mosquitto-gmqtt",
+)
+DIFFERENCES = (  # (a, b, what a - b measures)
+    ("hop-trio", "floor-trio-route", "the rest of the broker's path"),
+    ("floor-trio-route", "floor-trio-decode", "routing"),
+    ("floor-trio-decode", "floor-trio", "decoding"),
+    ("floor-trio", "floor-epoll", "trio's pass"),
+    ("hop-trio", "mosquitto-gmqtt", "hop over Mosquitto + gmqtt"),
+    ("floor-epoll", "mosquitto-gmqtt", "the bare relay over Mosquitto + gmqtt"),
+)
 START_TIMEOUT_S = 30.0
 
 
@@ -48,15 +66,18 @@ class FloorRelay:
     kind = "hop"  # spoken to by our clients
     client = "trio"
 
-    def __init__(self, loop: str) -> None:
-        self.loop = loop
+    def __init__(self, system: str) -> None:
+        """``system``: floor-LOOP or floor-LOOP-WORK (`bench.floor_relay`'s options)."""
+        _, self.loop, *work = system.split("-")
+        self.work = work[0] if work else "none"
         self._proc: subprocess.Popen[str] | None = None
 
     def start(self, workdir: Path) -> int:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = int(probe.getsockname()[1])
-        cmd = [sys.executable, "-m", "bench.floor_relay", "--loop", self.loop, "--port", str(port)]
+        cmd = [sys.executable, "-m", "bench.floor_relay", "--loop", self.loop,
+               "--work", self.work, "--port", str(port)]  # fmt: skip
         self._proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline().strip()
@@ -87,6 +108,13 @@ def unavailable(system: str) -> str | None:
     return find_mosquitto()[1]
 
 
+def paired_difference(a: list[float], b: list[float], what: str) -> dict[str, Any]:
+    """What ``a`` - ``b`` measures, with the median and range of the rounds' differences."""
+    differences = [x - y for x, y in zip(a, b, strict=True)]
+    return {"measures": what, "median": median(differences),
+            "range": [min(differences), max(differences)]}  # fmt: skip
+
+
 def run(rounds: int, events: int, systems: tuple[str, ...] = SYSTEMS) -> dict[str, Any]:
     skipped = {s: why for s in systems if (why := unavailable(s)) is not None}
     running = [s for s in systems if s not in skipped]
@@ -96,9 +124,7 @@ def run(rounds: int, events: int, systems: tuple[str, ...] = SYSTEMS) -> dict[st
         for r in range(rounds):
             for system in running if r % 2 == 0 else running[::-1]:
                 target = (
-                    FloorRelay(system.split("-", 1)[1])
-                    if system.startswith("floor")
-                    else Broker(system, mosquitto)
+                    FloorRelay(system) if system.startswith("floor") else Broker(system, mosquitto)
                 )
                 port = target.start(Path(tmp))
                 try:
@@ -120,15 +146,10 @@ def run(rounds: int, events: int, systems: tuple[str, ...] = SYSTEMS) -> dict[st
         },
         "lost": {s: sum(run["lost"] for run in runs) for s, runs in samples.items()},
         "differences_us": {
-            f"{a} - {b}": median([x - y for x, y in zip(p50[a], p50[b], strict=True)])
-            for a, b in (
-                ("hop-trio", "floor-trio"),
-                ("floor-trio", "floor-epoll"),
-                ("hop-trio", "mosquitto-gmqtt"),
-                ("floor-epoll", "mosquitto-gmqtt"),
-            )
+            f"{a} - {b}": paired_difference(p50[a], p50[b], what)
+            for a, b, what in DIFFERENCES
             if a in p50 and b in p50
-        },  # fmt: skip
+        },
         "runs": samples,
     }
 
@@ -145,8 +166,10 @@ def main(argv: list[str] | None = None) -> None:
         cpu = result["broker_cpu_us_per_event"][system]
         print(f"{system:16} p50 {value:7.1f} us (rounds: {sorted(result['p50_us'][system])}), "
               f"broker CPU {cpu} us/event")  # fmt: skip
-    for pair, value in result["differences_us"].items():
-        print(f"{pair}: {value:+.1f} us (median of the rounds' differences)")
+    for pair, diff in result["differences_us"].items():
+        low, high = diff["range"]
+        print(f"{pair} ({diff['measures']}): {diff['median']:+.1f} us "
+              f"(median of the rounds' differences; {low:+.1f} to {high:+.1f})")  # fmt: skip
     for system, why in result["skipped"].items():
         print(f"skipped {system}: {why}")
 

@@ -14,11 +14,13 @@ from bench import latency_floor
 from bench.common import median
 
 
-@pytest.mark.parametrize("loop", ["trio", "epoll"])
-def test_the_relay_delivers_every_event_to_the_newest_subscription(
-    loop: str, tmp_path: Path
-) -> None:
-    relay = latency_floor.FloorRelay(loop)
+@pytest.mark.parametrize(
+    "system", ["floor-trio", "floor-epoll", "floor-trio-decode", "floor-trio-route"]
+)
+def test_the_relay_delivers_to_the_newest_subscription(system: str, tmp_path: Path) -> None:
+    """Every event, spliced (one frame a read) or decoded; with routing, only those
+    the newest subscription's filter matches."""
+    relay = latency_floor.FloorRelay(system)
     port = relay.start(tmp_path)
 
     async def main() -> list[int]:
@@ -27,28 +29,29 @@ def test_the_relay_delivers_every_event_to_the_newest_subscription(
             client.open_client("127.0.0.1", port, name="pub") as pub_client,
         ):
             await sub_client.subscribe("n > 1000")  # older: gets nothing
-            sub = await sub_client.subscribe("n >= 0")
+            sub = await sub_client.subscribe("n >= 10")
             for n in range(20):  # one frame a read: spliced
                 await pub_client.publish({"n": n})
                 await trio.sleep(0.002)
             await pub_client.publish_many([{"n": n} for n in range(20, 60)])  # decoded
             await pub_client.flush()
             got: list[int] = []
-            with trio.fail_after(10):
+            with trio.move_on_after(0.5 if system.endswith("route") else 10):
                 while len(got) < 60:
                     got += [d.attributes["n"] for d in await sub.next_batch()]
             assert sub.id == 2
             return got
 
     try:
-        assert trio.run(main) == list(range(60))
+        routed = system.endswith("route")
+        assert trio.run(main) == list(range(10 if routed else 0, 60))
         assert relay.cpu_s() >= 0
     finally:
         relay.stop()
 
 
 def test_a_short_run_reports_each_system_and_the_paired_differences() -> None:
-    systems = ("hop-trio", "floor-trio", "floor-epoll")
+    systems = ("hop-trio", "floor-trio-route", "floor-trio", "floor-epoll")
     result = latency_floor.run(rounds=2, events=200, systems=systems)
     assert result["skipped"] == {} and list(result["p50_us"]) == list(systems)
     for system in systems:
@@ -58,7 +61,11 @@ def test_a_short_run_reports_each_system_and_the_paired_differences() -> None:
         assert result["broker_cpu_us_per_event"][system] > 0
         assert result["lost"][system] == 0
     p50 = result["p50_us"]
-    assert set(result["differences_us"]) == {"hop-trio - floor-trio", "floor-trio - floor-epoll"}
-    assert result["differences_us"]["hop-trio - floor-trio"] == median(
-        [a - b for a, b in zip(p50["hop-trio"], p50["floor-trio"], strict=True)]
-    )
+    differences = result["differences_us"]
+    assert set(differences) == {"hop-trio - floor-trio-route", "floor-trio - floor-epoll"}
+    paired = [a - b for a, b in zip(p50["floor-trio"], p50["floor-epoll"], strict=True)]
+    assert differences["floor-trio - floor-epoll"] == {
+        "measures": "trio's pass",
+        "median": median(paired),
+        "range": [min(paired), max(paired)],
+    }
