@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bench.common import write_result
+from bench.common import process_cpu_s, write_result
 from broker.process import unwind_on_sigterm
 from broker.trace.schema import DELIVERIES, HOPS, PUBLICATIONS
 
@@ -277,8 +277,7 @@ def cpu_seconds(jvm_pid: int) -> float:
     """CPU time so far of this process (pyarrow staging) and of the Spark driver JVM
     (which runs the tasks in local mode): unlike wall time, not inflated by other
     processes competing for the cores."""
-    fields = Path(f"/proc/{jvm_pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return time.process_time() + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return time.process_time() + process_cpu_s(jvm_pid)
 
 
 def main(argv: list[str] | None = None) -> int:

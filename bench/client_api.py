@@ -68,7 +68,7 @@ from typing import Any, Protocol
 import msgpack
 import trio
 
-from bench.common import REPO, lookup, median, paired_ratios, write_result
+from bench.common import REPO, lookup, median, paired_ratios, process_cpu_s, write_result
 from bench.throughput import (
     HOST,
     MATCHING_FILTER,
@@ -592,9 +592,7 @@ class Broker:
 
     def cpu_s(self) -> float:
         """CPU time (user + system) the broker process has used so far."""
-        pid = self._impl.pid(1) if self.kind == "hop" else self._impl.proc.pid
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_s(self._impl.pid(1) if self.kind == "hop" else self._impl.proc.pid)
 
 
 def scenario(

@@ -3,7 +3,7 @@
 ``python -m bench.latency_floor [--rounds N] [--events N] [--out FILE]`` runs the
 ``latency_500`` setting of `bench.client_api` (one trio publisher calling
 ``await c.publish(event)``, one ``next_batch`` subscriber, 999 filler subscriptions,
-150-byte events, 500 events/s) against four systems, their order reversed every
+150-byte events, 500 events/s) against six systems, their order reversed every
 other round:
 
 * ``hop-trio``: ``hop broker``, as in `bench.client_api`;
@@ -28,18 +28,15 @@ the broker process's CPU per event. Writes bench/results/latency_floor.json (or
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.client_api import LOW_RATE, Broker, scenario
-from bench.common import REPO, median, write_result
-from bench.mqtt import find_mosquitto
+from bench.client_api import LOW_RATE, Broker, available, scenario
+from bench.common import REPO, median, process_cpu_s, write_result
+from broker.local_network import free_base_port
 
 SYSTEMS = (
     "hop-trio",
@@ -57,7 +54,6 @@ DIFFERENCES = (  # (a, b, what a - b measures)
     ("hop-trio", "mosquitto-gmqtt", "hop over Mosquitto + gmqtt"),
     ("floor-epoll", "mosquitto-gmqtt", "the bare relay over Mosquitto + gmqtt"),
 )
-START_TIMEOUT_S = 30.0
 
 
 class FloorRelay:
@@ -73,9 +69,7 @@ class FloorRelay:
         self._proc: subprocess.Popen[str] | None = None
 
     def start(self, workdir: Path) -> int:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
+        port = free_base_port(1) + 1
         cmd = [sys.executable, "-m", "bench.floor_relay", "--loop", self.loop,
                "--work", self.work, "--port", str(port)]  # fmt: skip
         self._proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
@@ -95,17 +89,7 @@ class FloorRelay:
     def cpu_s(self) -> float:
         """CPU time (user + system) the relay process has used so far."""
         assert self._proc is not None
-        fields = Path(f"/proc/{self._proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def unavailable(system: str) -> str | None:
-    """Why ``system`` cannot run here, or None."""
-    if system != "mosquitto-gmqtt":
-        return None
-    if importlib.util.find_spec("gmqtt") is None:
-        return "gmqtt is not installed (pip install -e '.[bench]')"
-    return find_mosquitto()[1]
+        return process_cpu_s(self._proc.pid)
 
 
 def paired_difference(a: list[float], b: list[float], what: str) -> dict[str, Any]:
@@ -116,9 +100,7 @@ def paired_difference(a: list[float], b: list[float], what: str) -> dict[str, An
 
 
 def run(rounds: int, events: int, systems: tuple[str, ...] = SYSTEMS) -> dict[str, Any]:
-    skipped = {s: why for s in systems if (why := unavailable(s)) is not None}
-    running = [s for s in systems if s not in skipped]
-    mosquitto = find_mosquitto()[0] if "mosquitto-gmqtt" in running else None
+    running, skipped, mosquitto = available(list(systems))
     samples: dict[str, list[dict[str, Any]]] = {s: [] for s in running}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
