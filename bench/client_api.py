@@ -94,6 +94,10 @@ TOPIC = "bench/events"
 QUIET_S = 5.0  # a subscriber gives up this long after its last event
 READY_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 120.0
+TIMELINE_ENV = "HOP_BENCH_TIMELINE"
+"""Set to a directory, it has each publisher and subscriber note its wakes, reads and
+writes there (`bench.timeline_probe`), and each subscriber its events' arrivals: what
+`bench.latency_path` reads."""
 TARGETS = (
     # (what, ours, baseline, higher is better)
     ("1-to-1 events/s", "hop-trio", "mosquitto-gmqtt", ("fanout1", "events_per_s"), True),
@@ -178,6 +182,7 @@ class Tally:
         self.t_last_ns = 0
         self.latencies: list[int] | None = [] if latencies else None
         self.handoffs: list[int] = []
+        self.arrivals: list[int] | None = [] if latencies and os.environ.get(TIMELINE_ENV) else None
         self.cpu_start = time.process_time()  # reset when the subscriber is ready
 
     def took(self, events: list[dict[str, Any]]) -> bool:
@@ -197,12 +202,15 @@ class Tally:
         self.t_last_ns = now
         if self.latencies is not None:
             self.latencies += [now - e["t"] for e in events]
+            if self.arrivals is not None:
+                self.arrivals += [now] * len(events)
         return self.received >= self.count
 
     def result(self) -> dict[str, Any]:
         cpu_s = time.process_time() - self.cpu_start  # (the run ends at its last event)
         return {"received": self.received, "t_last_ns": self.t_last_ns, "cpu_s": cpu_s,
-                "latencies_ns": self.latencies, "handoffs_ns": self.handoffs}  # fmt: skip
+                "latencies_ns": self.latencies, "handoffs_ns": self.handoffs,
+                "arrivals_ns": self.arrivals}  # fmt: skip
 
 
 def _ready(tally: Tally | None = None) -> None:
@@ -496,12 +504,17 @@ _WORKERS: dict[tuple[str, str], Callable[[Job], Any]] = {
 }
 
 
-def run_worker(job: Job, profile: str | None = None) -> None:
+def run_worker(job: Job, profile: str | None = None, timeline: str | None = None) -> None:
     """A worker process's main: do ``job``, print its result as JSON (with ``cpu_s``,
     the CPU time of its events: a publisher's from its first publish to the end, a
     subscriber's from its subscription to its last event). With ``profile``,
-    cProfile's statistics of the job are written to that file."""
+    cProfile's statistics of the job are written to that file; with ``timeline``, its
+    wakes, reads and writes (`bench.timeline_probe`)."""
     work = _WORKERS[(job.role, job.client)]
+    if timeline:
+        from bench.timeline_probe import install
+
+        install(Path(timeline))
     if profile:
         profiler = cProfile.Profile()
         result = profiler.runcall(work, job)
@@ -523,6 +536,9 @@ class Worker:
         if profile_dir:
             what = f"{job.client}-{job.role}-{job.name}-{job.count}-{job.rate:.0f}"
             cmd += ["--profile", f"{profile_dir}/{what}.prof"]
+        timeline_dir = os.environ.get(TIMELINE_ENV)
+        if timeline_dir and job.role != "filler":
+            cmd += ["--timeline", f"{timeline_dir}/{job.role}.json"]
         self.job = job
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO
@@ -599,6 +615,17 @@ def scenario(
     broker: BrokerProcess, port: int, fanout: int, count: int, rate: float
 ) -> dict[str, Any]:
     """One run: filler, ``fanout`` subscribers, then the publisher; their results."""
+    published, received, broker_cpu = run_workers(broker, port, fanout, count, rate)
+    run = summarize_run(published, received, count, rate)
+    run["broker_cpu_us_per_event"] = round(broker_cpu / count * 1e6, 2)
+    return run
+
+
+def run_workers(
+    broker: BrokerProcess, port: int, fanout: int, count: int, rate: float
+) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
+    """`scenario`'s run: the publisher's and each subscriber's result as they reported
+    them, and the CPU seconds the broker used meanwhile."""
     filler_client = "trio" if broker.kind == "hop" else "mqtt"
     workers: list[Worker] = []
     try:
@@ -622,9 +649,7 @@ def scenario(
     finally:
         for worker in workers:
             worker.stop()
-    run = summarize_run(published, received, count, rate)
-    run["broker_cpu_us_per_event"] = round(broker_cpu / count * 1e6, 2)
-    return run
+    return published, received, broker_cpu
 
 
 def summarize_run(
@@ -829,9 +854,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--table", type=Path, metavar="RESULT", help="print RESULT's table")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--profile", help=argparse.SUPPRESS)
+    parser.add_argument("--timeline", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        run_worker(Job(**json.loads(args.worker)), args.profile)
+        run_worker(Job(**json.loads(args.worker)), args.profile, args.timeline)
         return
     if args.table:
         result = json.loads(args.table.read_text())

@@ -16,12 +16,14 @@ subscription the relay was sent; the event goes to the newest subscription only 
 the router's decision names it).
 
 Run: ``python -m bench.floor_relay --loop {trio,epoll} --port PORT [--work WORK]``;
-prints ``listening`` once it accepts connections; stopped by SIGTERM or SIGKILL.
+prints ``listening`` once it accepts connections; stopped by SIGTERM or SIGKILL, or by
+SIGINT in an orderly way (its exit hooks run: `bench.timeline_probe` writes its notes).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import select
@@ -218,7 +220,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--work", choices=WORK, default="none", help="see the module doc")
     args = parser.parse_args(argv)
-    (run_trio if args.loop == "trio" else run_epoll)(args.port, args.work)
+    with contextlib.suppress(KeyboardInterrupt):  # SIGINT: an orderly end, exit hooks run
+        (run_trio if args.loop == "trio" else run_epoll)(args.port, args.work)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ the broker process's CPU per event. Writes bench/results/latency_floor.json (or
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,6 +48,7 @@ SYSTEMS = (
     "floor-epoll",
     "mosquitto-gmqtt",
 )
+STOP_TIMEOUT_S = 5.0
 DIFFERENCES = (  # (a, b, what a - b measures)
     ("hop-trio", "floor-trio-route", "the rest of the broker's path"),
     ("floor-trio-route", "floor-trio-decode", "routing"),
@@ -62,15 +65,18 @@ class FloorRelay:
     kind = "hop"  # spoken to by our clients
     client = "trio"
 
-    def __init__(self, system: str) -> None:
-        """``system``: floor-LOOP or floor-LOOP-WORK (`bench.floor_relay`'s options)."""
+    def __init__(self, system: str, notes: Path | None = None) -> None:
+        """``system``: floor-LOOP or floor-LOOP-WORK (`bench.floor_relay`'s options);
+        with ``notes``, the relay runs under `bench.timeline_probe`, writing there."""
         _, self.loop, *work = system.split("-")
         self.work = work[0] if work else "none"
+        self.notes = notes
         self._proc: subprocess.Popen[str] | None = None
 
     def start(self, workdir: Path) -> int:
         port = free_base_port(1) + 1
-        cmd = [sys.executable, "-m", "bench.floor_relay", "--loop", self.loop,
+        probe = ["bench.timeline_probe", str(self.notes)] if self.notes else []
+        cmd = [sys.executable, "-m", *probe, "bench.floor_relay", "--loop", self.loop,
                "--work", self.work, "--port", str(port)]  # fmt: skip
         self._proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
         assert self._proc.stdout is not None
@@ -81,7 +87,13 @@ class FloorRelay:
         return port
 
     def stop(self) -> None:
+        """Kill the relay (by its PID); a probed one is interrupted instead, so that it
+        writes its notes (and killed if it has not ended within seconds)."""
         if self._proc is not None:
+            if self.notes:
+                self._proc.send_signal(signal.SIGINT)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(STOP_TIMEOUT_S)
             self._proc.kill()
             self._proc.wait()
             self._proc = None

@@ -1,0 +1,250 @@
+"""Where an event's latency at 500 events/s goes, process by process.
+
+``python -m bench.latency_path [--rounds N] [--events N] [--systems S ...] [--out FILE]``
+runs the ``latency_500`` setting of `bench.client_api` (one trio publisher calling
+``await c.publish(event)``, one ``next_batch`` subscriber, 999 filler subscriptions,
+150-byte events, 500 events/s) on these systems, their order reversed every other
+round:
+
+* ``hop-trio``: ``hop broker``;
+* ``floor-trio-route``: `bench.floor_relay` on trio, decoding each event and routing
+  it with a `routing.Router` holding the same subscriptions (the least a Python
+  broker on trio does; `bench.latency_floor`);
+* ``floor-trio``: that relay doing neither (what trio and the protocol cost alone);
+* ``mosquitto-gmqtt``: Mosquitto driven by gmqtt (skipped, with the reason recorded,
+  if either is missing).
+
+Every Python process on the event's way is probed at its system-call boundary
+(`bench.timeline_probe`): when its event loop woke, when it had read the event, when
+it began to write it. Mosquitto, in C, is not probed: its share is the span from the
+publisher's write to the subscriber's wake-up, two wake-ups included.
+
+Each delivered event's path is rebuilt from those notes: from the publisher's stamp
+(``t``, taken as the event is made), each next point is the first note of the next
+process at or after the previous point; an event whose path does not close before
+its arrival at the subscriber's code is left out (reported as the share matched).
+The segments between the points, per system: the median over a round's events, then
+the median and range over rounds. Writes bench/results/latency_path.json (or
+``--out``); docs/performance.md reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.client_api import LOW_RATE, TIMELINE_ENV, Broker, available, run_workers, summarize_run
+from bench.common import median, process_cpu_s, write_result
+from bench.latency_floor import FloorRelay
+from bench.throughput import retry_ports, start_process, stop_process
+from broker.local_network import free_base_port
+from topologies.generators import chain, to_toml
+
+SYSTEMS = ("hop-trio", "floor-trio-route", "floor-trio", "mosquitto-gmqtt")
+
+# The points of an event's way after the publisher's stamp, through a Python broker
+# ("python": hop or a floor relay) or Mosquitto ("mqtt"): (process, note) for each;
+# then the arrival at the subscriber's code.
+POINTS = {
+    "python": (
+        ("pub", "write"),
+        ("broker", "wake"),
+        ("broker", "read"),
+        ("broker", "write"),
+        ("sub", "wake"),
+        ("sub", "read"),
+    ),
+    "mqtt": (("pub", "write"), ("sub", "wake"), ("sub", "read")),
+}
+SEGMENTS = {  # the spans between consecutive points (with the stamp first, the arrival last)
+    "python": (
+        "publisher: stamp to its write",
+        "to the broker: the write to the broker's wake-up",
+        "broker: wake-up to the read (trio's pass, the read)",
+        "broker: read to its write (decode, route, encode, queue)",
+        "to the subscriber: the broker's write to the subscriber's wake-up",
+        "subscriber: wake-up to the read (trio's pass, the read)",
+        "subscriber: read to the code (decode, hand-off)",
+    ),
+    "mqtt": (
+        "publisher: stamp to its write",
+        "through Mosquitto: the write to the subscriber's wake-up",
+        "subscriber: wake-up to the read (asyncio's pass, the read)",
+        "subscriber: read to the code (decode, hand-off)",
+    ),
+}
+BROKER_SPAN = "the publisher's write to the subscriber's wake-up (the broker, two wake-ups)"
+"""The same span in both systems: what the broker costs an event, wake-ups included."""
+
+
+def event_paths(stamps: list[int], arrivals: list[int], notes: list[list[int]]) -> list[list[int]]:
+    """Each event's points: its stamp, then for each of ``notes`` (sorted times of one
+    kind of note of one process, in the order the event meets them) the first at or
+    after the point before, then its arrival. Events whose way is not closed by their
+    arrival (a note missing or after it) are left out."""
+    paths = []
+    for stamp, arrival in zip(stamps, arrivals, strict=True):
+        path = [stamp]
+        for times in notes:
+            at = bisect.bisect_left(times, path[-1])
+            if at == len(times) or times[at] > arrival:
+                break
+            path.append(times[at])
+        else:
+            paths.append([*path, arrival])
+    return paths
+
+
+def kind_of(system: str) -> str:
+    """Which way an event takes through ``system``: a key of POINTS and SEGMENTS."""
+    return "mqtt" if system.startswith("mosquitto") else "python"
+
+
+def round_segments(kind: str, paths: list[list[int]]) -> dict[str, float]:
+    """The median of each segment over one round's event paths, in microseconds."""
+    out = {}
+    for k, name in enumerate(SEGMENTS[kind]):
+        out[name] = median([p[k + 1] - p[k] for p in paths]) / 1000
+    pub_write, sub_wake = 1, len(POINTS[kind]) - 1
+    if sub_wake - pub_write > 1:  # (else it is a segment already)
+        out[BROKER_SPAN] = median([p[sub_wake] - p[pub_write] for p in paths]) / 1000
+    out["total"] = median([p[-1] - p[0] for p in paths]) / 1000
+    return out
+
+
+class ProbedHopBroker:
+    """``hop broker`` (one broker, default settings, as `bench.client_api` runs it)
+    under `bench.timeline_probe`, as a system of `bench.client_api.scenario`."""
+
+    kind = "hop"
+    client = "trio"
+
+    def __init__(self, notes: Path) -> None:
+        self.notes = notes
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, workdir: Path) -> int:
+        def start() -> int:
+            topology = chain(1, name="hop", base_port=free_base_port(1))
+            file = workdir / "hop.toml"
+            file.write_text(to_toml(topology))
+            cmd = [sys.executable, "-m", "bench.timeline_probe", str(self.notes),
+                   "broker.cli", "broker", str(file), "--id", "1"]  # fmt: skip
+            address = topology.address(1)
+            self._proc = start_process(cmd, address, workdir / "broker.log")
+            return address[1]
+
+        return retry_ports(start)
+
+    def stop(self) -> None:
+        """Stop the broker as on SIGTERM, so that it writes its notes."""
+        if self._proc is not None:
+            stop_process(self._proc)
+            self._proc = None
+
+    def cpu_s(self) -> float:
+        assert self._proc is not None
+        return process_cpu_s(self._proc.pid)
+
+
+def measure(system: str, mosquitto: str | None, events: int, workdir: Path) -> dict[str, Any]:
+    """One round of ``system``: its p50, the share of its events whose path was
+    rebuilt, and the median of each segment over them."""
+    notes_dir = workdir / "notes"
+    notes_dir.mkdir(exist_ok=True)
+    target: ProbedHopBroker | FloorRelay | Broker
+    if system == "hop-trio":
+        target = ProbedHopBroker(notes_dir / "broker.json")
+    elif system.startswith("floor"):
+        target = FloorRelay(system, notes_dir / "broker.json")
+    else:
+        target = Broker(system, mosquitto)
+    os.environ[TIMELINE_ENV] = str(notes_dir)
+    try:
+        port = target.start(workdir)
+        try:
+            published, received, _ = run_workers(target, port, 1, events, LOW_RATE)
+        finally:
+            target.stop()
+    finally:
+        del os.environ[TIMELINE_ENV]
+    notes = {p.stem: json.loads(p.read_text()) for p in notes_dir.glob("*.json")}
+    for p in notes_dir.glob("*.json"):
+        p.unlink()
+    p50_us = summarize_run(published, received, events, LOW_RATE)["p50_us"]
+    sub = received[0]
+    arrivals = sub["arrivals_ns"]
+    stamps = [a - lat for a, lat in zip(arrivals, sub["latencies_ns"], strict=True)]
+    kind = kind_of(system)
+    paths = event_paths(stamps, arrivals, [notes[p][k] for p, k in POINTS[kind]])
+    return {"p50_us": p50_us, "matched": round(len(paths) / max(len(stamps), 1), 3),
+            "segments_us": round_segments(kind, paths) if paths else {}}  # fmt: skip
+
+
+def run(rounds: int, events: int, systems: tuple[str, ...] = SYSTEMS) -> dict[str, Any]:
+    running, skipped, mosquitto = available(list(systems))
+    samples: dict[str, list[dict[str, Any]]] = {s: [] for s in running}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for system in running if r % 2 == 0 else running[::-1]:
+                sample = measure(system, mosquitto, events, Path(tmp))
+                samples[system].append(sample)
+                print(f"round {r} {system}: p50 {sample['p50_us']} us, "
+                      f"{sample['matched']:.0%} matched", flush=True)  # fmt: skip
+    out: dict[str, Any] = {"rounds": rounds, "events": events, "rate": LOW_RATE,
+                           "skipped": skipped, "systems": {}}  # fmt: skip
+    for system, runs in samples.items():
+        names = [*SEGMENTS[kind_of(system)], BROKER_SPAN, "total"]
+        per_round = {n: [r["segments_us"][n] for r in runs if n in r["segments_us"]] for n in names}
+        out["systems"][system] = {
+            "p50_us": median([r["p50_us"] for r in runs]),
+            "matched": median([r["matched"] for r in runs]),
+            "segments_us": {
+                n: {"median": round(median(v), 1), "range": [round(min(v), 1), round(max(v), 1)]}
+                for n, v in per_round.items()
+                if v
+            },
+            "runs": runs,
+        }
+    return out
+
+
+def table(result: dict[str, Any]) -> str:
+    """The segments of each system as markdown rows: segment, median, range."""
+    lines = ["| System | Segment | Median (us) | Range over rounds (us) |", "|---|---|---:|---|"]
+    for system, measured in result["systems"].items():
+        for name, seg in measured["segments_us"].items():
+            low, high = seg["range"]
+            lines.append(f"| {system} | {name} | {seg['median']:.1f} | {low:.1f} to {high:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10, help="rounds (default 10)")
+    parser.add_argument("--events", type=int, default=2000, help="events per run (default 2000)")
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=SYSTEMS)
+    parser.add_argument("--out", type=Path, help="result file (default: latency_path.json)")
+    parser.add_argument("--table", type=Path, metavar="RESULT", help="print RESULT's table")
+    args = parser.parse_args(argv)
+    if args.table:
+        print(table(json.loads(args.table.read_text())))
+        return
+    result = run(args.rounds, args.events, tuple(args.systems))
+    print(write_result("latency_path", result, args.out))
+    print(table(result))
+    for system, measured in result["systems"].items():
+        print(f"{system}: p50 {measured['p50_us']} us, {measured['matched']:.0%} of events matched")
+    for system, why in result["skipped"].items():
+        print(f"skipped {system}: {why}")
+
+
+if __name__ == "__main__":
+    main()

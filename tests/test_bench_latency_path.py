@@ -1,0 +1,96 @@
+"""bench.timeline_probe notes the wakes, reads and writes of events under trio and
+asyncio (and nothing of other sizes); bench.latency_path rebuilds each event's path
+from such notes and a short run reports every segment of it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from bench import latency_path
+from bench.common import REPO
+
+PROBED = textwrap.dedent(
+    """
+    import asyncio, os, socket, time
+    import trio
+
+    async def on_trio():
+        left, right = socket.socketpair()
+        async with trio.open_nursery() as nursery:
+            async def reader():
+                await trio.lowlevel.wait_readable(right.fileno())
+                assert len(os.read(right.fileno(), 150)) == 150
+            nursery.start_soon(reader)
+            await trio.sleep(0.05)
+            os.write(left.fileno(), b"t" * 150)
+            os.write(left.fileno(), b"small")  # not an event's size: not noted
+
+    async def on_asyncio():
+        left, right = socket.socketpair()
+        _, writer = await asyncio.open_connection(sock=left)
+        reader, _ = await asyncio.open_connection(sock=right)
+        writer.write(b"a" * 200)
+        assert len(await reader.read(1000)) == 200
+
+    trio.run(on_trio)
+    asyncio.run(on_asyncio())
+    """
+)
+
+
+def test_the_probe_notes_event_sized_reads_and_writes_and_wakes(tmp_path: Path) -> None:
+    (tmp_path / "probed.py").write_text(PROBED)
+    out = tmp_path / "notes.json"
+    subprocess.run(
+        [sys.executable, "-m", "bench.timeline_probe", str(out), "probed"],
+        cwd=REPO,
+        env={"PYTHONPATH": str(tmp_path), "PATH": ""},
+        check=True,
+        timeout=60,
+    )
+    notes = json.loads(out.read_text())
+    assert len(notes["write"]) == len(notes["written"]) == 2  # os.write, socket.send
+    assert len(notes["read"]) == 2  # os.read, socket.recv
+    assert all(a <= b for a, b in zip(notes["write"], notes["written"], strict=True))
+    assert notes["write"][0] < notes["read"][0]  # trio's reader read after the write
+    assert len(notes["wake"]) >= 2  # trio's loop and asyncio's each woke for a socket
+    assert any(notes["write"][0] <= t <= notes["read"][0] for t in notes["wake"])
+
+
+def test_each_event_takes_the_first_note_at_or_after_the_point_before() -> None:
+    stamps, arrivals = [100, 200, 300], [150, 260, 390]
+    notes = [
+        [110, 205, 310],  # the publisher's writes
+        [120, 205, 310, 335],  # the broker's wakes: the third event's at its write
+        [140, 340],  # the broker's reads: none for the second event before its arrival
+    ]
+    assert latency_path.event_paths(stamps, arrivals, notes) == [
+        [100, 110, 120, 140, 150],
+        [300, 310, 310, 340, 390],
+    ]
+
+
+def test_segments_are_the_spans_between_points_and_add_up_to_the_total() -> None:
+    kind = "mqtt"  # stamp, publisher's write, subscriber's wake, read, arrival
+    paths = [[0, 10_000, 60_000, 70_000, 90_000], [0, 20_000, 60_000, 80_000, 100_000]]
+    segments = latency_path.round_segments(kind, paths)
+    names = latency_path.SEGMENTS[kind]
+    assert [segments[n] for n in names] == [15.0, 45.0, 15.0, 20.0]
+    assert segments["total"] == 95.0 == sum(segments[n] for n in names)
+
+
+def test_a_short_run_reports_every_segment_through_hop_and_a_floor_relay() -> None:
+    systems = ("hop-trio", "floor-trio-route")
+    result = latency_path.run(rounds=1, events=200, systems=systems)
+    assert list(result["systems"]) == list(systems)
+    for measured in result["systems"].values():
+        assert measured["matched"] >= 0.9  # nearly every event's path closes
+        segments = measured["segments_us"]
+        names = [*latency_path.SEGMENTS["python"], latency_path.BROKER_SPAN, "total"]
+        assert list(segments) == names
+        assert all(0 < segments[n]["median"] < 100_000 for n in names)
+        assert 0.5 < segments["total"]["median"] / measured["p50_us"] < 2
