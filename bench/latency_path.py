@@ -204,7 +204,7 @@ def run(rounds: int, events: int, systems: tuple[str, ...] = SYSTEMS) -> dict[st
         names = [*SEGMENTS[kind_of(system)], BROKER_SPAN, "total"]
         per_round = {n: [r["segments_us"][n] for r in runs if n in r["segments_us"]] for n in names}
         out["systems"][system] = {
-            "p50_us": median([r["p50_us"] for r in runs]),
+            "p50_us": round(median([r["p50_us"] for r in runs]), 1),
             "matched": median([r["matched"] for r in runs]),
             "segments_us": {
                 n: {"median": round(median(v), 1), "range": [round(min(v), 1), round(max(v), 1)]}
