@@ -178,14 +178,26 @@ def measure(system: str, mosquitto: str | None, events: int, workdir: Path) -> d
     notes = {p.stem: json.loads(p.read_text()) for p in notes_dir.glob("*.json")}
     for p in notes_dir.glob("*.json"):
         p.unlink()
-    p50_us = summarize_run(published, received, events, LOW_RATE)["p50_us"]
-    sub = received[0]
-    arrivals = sub["arrivals_ns"]
-    stamps = [a - lat for a, lat in zip(arrivals, sub["latencies_ns"], strict=True)]
     kind = kind_of(system)
-    paths = event_paths(stamps, arrivals, [notes[p][k] for p, k in POINTS[kind]])
-    return {"p50_us": p50_us, "matched": round(len(paths) / max(len(stamps), 1), 3),
+    paths = subscriber_paths(system, notes, received[0])
+    return {"p50_us": summarize_run(published, received, events, LOW_RATE)["p50_us"],
+            "matched": round(len(paths) / max(len(received[0]["arrivals_ns"]), 1), 3),
             "segments_us": round_segments(kind, paths) if paths else {}}  # fmt: skip
+
+
+def subscriber_paths(
+    system: str, notes: dict[str, dict[str, list[int]]], subscriber: dict[str, Any]
+) -> list[list[int]]:
+    """`event_paths` of the events ``subscriber`` (its worker's result) got through
+    ``system``, from each process's notes (by process: pub, broker, sub)."""
+    points = POINTS[kind_of(system)]
+    missing = sorted({process for process, _ in points} - notes.keys())
+    if missing:
+        raise RuntimeError(f"{system}: no notes from the {', '.join(missing)} process "
+                           "(it did not end in order)")  # fmt: skip
+    arrivals = subscriber["arrivals_ns"]
+    stamps = [a - lat for a, lat in zip(arrivals, subscriber["latencies_ns"], strict=True)]
+    return event_paths(stamps, arrivals, [notes[process][k] for process, k in points])
 
 
 def run(rounds: int, events: int, systems: tuple[str, ...] = SYSTEMS) -> dict[str, Any]:

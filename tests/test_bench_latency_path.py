@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from bench import latency_path
 from bench.common import REPO
 
@@ -72,6 +74,16 @@ def test_each_event_takes_the_first_note_at_or_after_the_point_before() -> None:
         [100, 110, 120, 140, 150],
         [300, 310, 310, 340, 390],
     ]
+
+
+def test_a_process_without_notes_is_named() -> None:
+    notes = {"pub": {"write": [110]}, "sub": {"wake": [120], "read": [130]}}
+    subscriber = {"arrivals_ns": [150], "latencies_ns": [50]}
+    assert latency_path.subscriber_paths("mosquitto-gmqtt", notes, subscriber) == [
+        [100, 110, 120, 130, 150]
+    ]
+    with pytest.raises(RuntimeError, match="hop-trio: no notes from the broker process"):
+        latency_path.subscriber_paths("hop-trio", notes, subscriber)
 
 
 def test_segments_are_the_spans_between_points_and_add_up_to_the_total() -> None:
