@@ -9,7 +9,7 @@ import platform
 import statistics
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,13 @@ def lookup(tree: Any, *path: str) -> Any:
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def alternating(rounds: int, systems: Sequence[str]) -> Iterator[tuple[int, str]]:
+    """(round, system) for ``rounds`` rounds of ``systems``, in their order in even
+    rounds and reversed in odd ones, so that running first or last evens out."""
+    for r in range(rounds):
+        yield from ((r, system) for system in (systems if r % 2 == 0 else systems[::-1]))
 
 
 def paired_ratios(

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.client_api import LOW_RATE, Broker, available, scenario
-from bench.common import REPO, median, process_cpu_s, write_result
+from bench.common import REPO, alternating, median, process_cpu_s, write_result
 from broker.local_network import free_base_port
 
 SYSTEMS = (
@@ -115,17 +115,14 @@ def run(rounds: int, events: int, systems: tuple[str, ...] = SYSTEMS) -> dict[st
     running, skipped, mosquitto = available(list(systems))
     samples: dict[str, list[dict[str, Any]]] = {s: [] for s in running}
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(rounds):
-            for system in running if r % 2 == 0 else running[::-1]:
-                target = (
-                    FloorRelay(system) if system.startswith("floor") else Broker(system, mosquitto)
-                )
-                port = target.start(Path(tmp))
-                try:
-                    samples[system].append(scenario(target, port, 1, events, LOW_RATE))
-                finally:
-                    target.stop()
-                print(f"round {r} {system}: p50 {samples[system][-1]['p50_us']} us", flush=True)
+        for r, system in alternating(rounds, running):
+            target = FloorRelay(system) if system.startswith("floor") else Broker(system, mosquitto)
+            port = target.start(Path(tmp))
+            try:
+                samples[system].append(scenario(target, port, 1, events, LOW_RATE))
+            finally:
+                target.stop()
+            print(f"round {r} {system}: p50 {samples[system][-1]['p50_us']} us", flush=True)
     p50 = {s: [run["p50_us"] for run in runs] for s, runs in samples.items()}
     return {
         "rounds": rounds,

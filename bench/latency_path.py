@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.client_api import LOW_RATE, TIMELINE_ENV, Broker, available, run_workers, summarize_run
-from bench.common import median, process_cpu_s, write_result
+from bench.common import alternating, median, process_cpu_s, write_result
 from bench.latency_floor import FloorRelay
 from bench.throughput import retry_ports, start_process, stop_process
 from broker.local_network import free_base_port
@@ -204,12 +204,11 @@ def run(rounds: int, events: int, systems: tuple[str, ...] = SYSTEMS) -> dict[st
     running, skipped, mosquitto = available(list(systems))
     samples: dict[str, list[dict[str, Any]]] = {s: [] for s in running}
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(rounds):
-            for system in running if r % 2 == 0 else running[::-1]:
-                sample = measure(system, mosquitto, events, Path(tmp))
-                samples[system].append(sample)
-                print(f"round {r} {system}: p50 {sample['p50_us']} us, "
-                      f"{sample['matched']:.0%} matched", flush=True)  # fmt: skip
+        for r, system in alternating(rounds, running):
+            sample = measure(system, mosquitto, events, Path(tmp))
+            samples[system].append(sample)
+            print(f"round {r} {system}: p50 {sample['p50_us']} us, "
+                  f"{sample['matched']:.0%} matched", flush=True)  # fmt: skip
     out: dict[str, Any] = {"rounds": rounds, "events": events, "rate": LOW_RATE,
                            "skipped": skipped, "systems": {}}  # fmt: skip
     for system, runs in samples.items():

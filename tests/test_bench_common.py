@@ -1,12 +1,12 @@
 """bench.common: a result names the code it measured, and the files that differed
-from that code's revision."""
+from that code's revision; rounds alternate the order of the systems."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
-from bench.common import machine_info, modified_files, short_revision
+from bench.common import alternating, machine_info, modified_files, short_revision
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -37,3 +37,11 @@ def test_every_result_records_the_modified_files() -> None:
     info = machine_info()
     assert info["git_revision"]
     assert isinstance(info["git_modified"], list)
+
+
+def test_rounds_alternate_the_order_of_the_systems() -> None:
+    assert list(alternating(3, ("a", "b", "c"))) == [
+        (0, "a"), (0, "b"), (0, "c"),
+        (1, "c"), (1, "b"), (1, "a"),
+        (2, "a"), (2, "b"), (2, "c"),
+    ]  # fmt: skip
