@@ -95,9 +95,9 @@ QUIET_S = 5.0  # a subscriber gives up this long after its last event
 READY_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 120.0
 TIMELINE_ENV = "HOP_BENCH_TIMELINE"
-"""Set to a directory, it has each publisher and subscriber note its wakes, reads and
-writes there (`bench.timeline_probe`), and each subscriber its events' arrivals: what
-`bench.latency_path` reads."""
+"""Set to a directory, it has the publisher and the subscriber note their wakes, reads
+and writes there (`bench.timeline_probe`; pub.json, sub.json: a run of one of each),
+and the subscriber its events' arrivals: what `bench.latency_path` reads."""
 TARGETS = (
     # (what, ours, baseline, higher is better)
     ("1-to-1 events/s", "hop-trio", "mosquitto-gmqtt", ("fanout1", "events_per_s"), True),
