@@ -14,6 +14,7 @@ import pytest
 
 from bench import latency_path
 from bench.common import REPO
+from bench.latency_floor import FloorRelay
 
 PROBED = textwrap.dedent(
     """
@@ -106,3 +107,16 @@ def test_a_short_run_reports_every_segment_through_hop_and_a_floor_relay() -> No
         assert list(segments) == names
         assert all(0 < segments[n]["median"] < 100_000 for n in names)
         assert 0.5 < segments["total"]["median"] / measured["p50_us"] < 2
+
+
+def test_a_probed_relay_ends_in_order_on_its_stop(tmp_path: Path) -> None:
+    """Interrupted, the relay exits 0 on trio (its KeyboardInterrupt comes in a group)
+    and on epoll, and its probe has written its notes."""
+    for system in ("floor-trio", "floor-epoll"):
+        notes = tmp_path / f"{system}.json"
+        relay = FloorRelay(system, notes)
+        relay.start(tmp_path)
+        proc = relay._proc
+        relay.stop()
+        assert proc is not None and proc.returncode == 0, system
+        assert set(json.loads(notes.read_text())) == {"wake", "read", "write", "written"}
