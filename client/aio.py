@@ -1062,12 +1062,19 @@ class AsyncClient:
                 self._dispatch(message)
 
     async def _report_violation(self, exc: ProtocolError) -> None:
-        """The broker broke the protocol: tell it (best effort), then end the connection."""
+        """The broker broke the protocol: tell it (best effort), then end the connection.
+        Before the first handshake completed, the peer may well be no hop broker at all
+        (a wrong port): the reason says so."""
         if self._reconnecting():
             self._lose(_lost(f"protocol violation by the broker: {exc}", exc))
             return
         if self._failure is None:
-            self._failure = _lost(f"protocol violation by the broker: {exc}", exc)
+            reason = (
+                f"protocol violation by the broker: {exc}"
+                if self._opened
+                else f"the peer does not speak hop's protocol (is that a hop broker's port?): {exc}"
+            )
+            self._failure = _lost(reason, exc)
             with trio.move_on_after(CLOSE_TIMEOUT):
                 await self._drain_outgoing(error_frame(exc.code, exc.message))
         self._teardown()
@@ -1192,8 +1199,10 @@ async def _connect(
     on_disconnect: Callable[[ConnectionLost], object] | None = None,
     on_reconnect: Callable[[], object] | None = None,
 ) -> AsyncClient:
+    connected = False
     with trio.move_on_after(timeout):
         stream = await _open_stream(host, port, ssl_context)
+        connected = True
         reopen = partial(_open_stream, host, port, ssl_context)
         client = AsyncClient(stream, name, nursery, reconnect, reopen, on_disconnect, on_reconnect)
         try:
@@ -1202,6 +1211,11 @@ async def _connect(
             client._fail(ConnectionLost("the handshake did not complete"))
             raise
         return client
+    if connected:
+        raise TimeoutError(
+            f"connected to {host}:{port}, but no hop broker answered the handshake within "
+            f"{timeout} s (is that a hop broker's port?)"
+        )
     raise TimeoutError(f"no connection to the broker at {host}:{port} within {timeout} s")
 
 

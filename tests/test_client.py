@@ -635,10 +635,27 @@ async def test_refused_hello_raises_broker_error(broker: FakeBroker) -> None:
 async def test_connect_timeout(broker: FakeBroker) -> None:
     broker.answer_hello = False
     start = trio.current_time()
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError, match="connected to .*, but no hop broker answered"):
         async with connect(broker, timeout=0.2):
             pytest.fail("connected")
     assert trio.current_time() - start >= 0.2
+
+
+@pytest.mark.trio
+async def test_a_peer_that_is_no_hop_broker_is_named_so(nursery: trio.Nursery) -> None:
+    """Pointed at another service's port (here one answering as an HTTP server does),
+    the client says the peer does not speak the protocol, not just what broke."""
+
+    async def http_server(stream: trio.SocketStream) -> None:
+        await stream.receive_some(1000)
+        await stream.send_all(b"HTTP/1.0 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        await trio.sleep(1)
+
+    listeners = await nursery.start(partial(trio.serve_tcp, http_server, 0, host=HOST))
+    port = listeners[0].socket.getsockname()[1]
+    with pytest.raises(client.ConnectionLost, match="does not speak hop's protocol.*framing"):
+        async with client.open_client(HOST, port, name="lost", timeout=5):
+            pytest.fail("connected")
 
 
 @pytest.mark.trio
