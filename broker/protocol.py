@@ -422,9 +422,11 @@ def _payload_end(past: int) -> ProtocolError:
 def _bad_length(length: int, max_frame: int) -> ProtocolError:
     if length == 0:
         return ProtocolError(ERR_FRAMING, "zero-length frame")
-    return ProtocolError(
-        ERR_FRAMING, f"frame of {length} bytes exceeds the maximum of {max_frame} (max_frame)"
-    )
+    message = f"frame of {length} bytes exceeds the maximum of {max_frame} (max_frame)"
+    prefix = length.to_bytes(4, "big")
+    if all(32 <= byte < 127 for byte in prefix):  # e.g. b"HTTP", b"SSH-": a text protocol
+        message += f"; its length prefix is the text {prefix.decode()!r}: another protocol?"
+    return ProtocolError(ERR_FRAMING, message)
 
 
 class Connection:

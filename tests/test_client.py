@@ -653,7 +653,7 @@ async def test_a_peer_that_is_no_hop_broker_is_named_so(nursery: trio.Nursery) -
 
     listeners = await nursery.start(partial(trio.serve_tcp, http_server, 0, host=HOST))
     port = listeners[0].socket.getsockname()[1]
-    with pytest.raises(client.ConnectionLost, match="does not speak hop's protocol.*framing"):
+    with pytest.raises(client.ConnectionLost, match="does not speak hop's protocol.*text 'HTTP'"):
         async with client.open_client(HOST, port, name="lost", timeout=5):
             pytest.fail("connected")
 

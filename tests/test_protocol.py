@@ -278,6 +278,15 @@ def test_oversized_length_fails_as_soon_as_the_prefix_is_in() -> None:
     assert Connection("acceptor").receive_data(struct.pack(">I", DEFAULT_MAX_FRAME)) == []
 
 
+def test_a_length_prefix_that_is_text_is_named() -> None:
+    """The first bytes of another protocol's reply (an HTTP or SSH server's) read as a
+    length prefix: the error shows them, so a wrong port is plain to see."""
+    expect_error(Connection("initiator"), b"HTTP/1.0 400", ERR_FRAMING, "text 'HTTP'")
+    with pytest.raises(ProtocolError) as info:  # (0x80 is no text)
+        Connection("acceptor").receive_data(struct.pack(">I", 2**31))
+    assert info.value.message.endswith("(max_frame)")
+
+
 def test_max_frame_is_inclusive_on_both_sides() -> None:
     hello = Hello(V, "client", "c1")
     size = len(encode_message(hello))
