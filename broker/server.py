@@ -117,6 +117,7 @@ _now = time.time_ns  # one lookup less per traced event
 
 READ_SIZE = 65536
 _CLOSED = ("", "")  # the link ended without a problem to report
+_CLOSED_IN_HANDSHAKE = "connection closed during the handshake"  # (a port probe, say)
 HANDSHAKE_TIMEOUT_S = 10.0
 QUEUE_POLICIES = ("block", "drop")
 DROP_REASONS = ("cycle", "link-down", "queue-full")
@@ -363,6 +364,8 @@ class Broker:
             link_id, kind = self._admit(hello)
             await stream.send_all(conn.send(Welcome(PROTOCOL_VERSION, self.name)))
         except ProtocolError as exc:
+            if exc.code != ERR_AUTH and exc.message != _CLOSED_IN_HANDSHAKE:  # (auth: logged)
+                self._log.warning("handshake_refused", code=exc.code, error=exc.message)
             await _refuse(stream, exc.code, exc.message)
             return
         except (
@@ -855,7 +858,7 @@ async def _read_one(stream: trio.abc.Stream, conn: Connection) -> tuple[Any, lis
     while True:
         data = await stream.receive_some(READ_SIZE)
         if not data:
-            raise ProtocolError("unexpected", "connection closed during the handshake")
+            raise ProtocolError("unexpected", _CLOSED_IN_HANDSHAKE)
         messages = conn.receive_data(data)
         if messages:
             return messages[0], messages[1:]

@@ -374,6 +374,21 @@ def test_broker_survives_random_and_mutated_bytes(broker: Network) -> None:
     trio.run(_normal_client_works, address)
 
 
+def test_another_protocol_is_refused_with_its_words_and_logged(broker: Network) -> None:
+    """An HTTP client on a broker's port gets an Error that shows what it sent, and the
+    broker's log names the refusal; a bare connect and close (a port probe) does not."""
+    with socket.create_connection(broker.address(1), timeout=ATTACK_TIMEOUT_S):
+        pass
+    answer = _attack(broker.address(1), False, b"GET / HTTP/1.0\r\n\r\n", 0)
+    assert len(answer) == 1 and isinstance(answer[0], Error)
+    assert answer[0].code == "framing" and "the text 'GET '" in answer[0].message
+    deadline = time.monotonic() + 5
+    while '"handshake_refused"' not in broker.log_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    refusals = [line for line in broker.log_text().splitlines() if "handshake_refused" in line]
+    assert len(refusals) == 1 and "the text 'GET '" in refusals[0]
+
+
 async def _normal_client_works(address: tuple[str, int]) -> None:
     with trio.fail_after(10):
         async with client.open_client(*address, name="after-fuzz") as c:
