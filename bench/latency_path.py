@@ -176,9 +176,10 @@ def measure(system: str, mosquitto: str | None, events: int, workdir: Path) -> d
             target.stop()
     finally:
         del os.environ[TIMELINE_ENV]
-    notes = {p.stem: json.loads(p.read_text()) for p in notes_dir.glob("*.json")}
-    for p in notes_dir.glob("*.json"):
-        p.unlink()
+    notes = {}
+    for file in notes_dir.glob("*.json"):  # (taken away: the next round writes anew)
+        notes[file.stem] = json.loads(file.read_text())
+        file.unlink()
     kind = kind_of(system)
     paths = subscriber_paths(system, notes, received[0])
     return {"p50_us": summarize_run(published, received, events, LOW_RATE)["p50_us"],

@@ -54,11 +54,11 @@ def install(out: Path) -> dict[str, list[int]]:
 
         return probed
 
-    def writing(call: Callable[..., Any], data_at: int) -> Callable[..., Any]:
-        def probed(*args: Any) -> Any:
+    def writing(call: Callable[..., Any]) -> Callable[..., Any]:
+        def probed(*args: Any) -> Any:  # (fd or socket, data, ...)
             start = now()
             sent = call(*args)
-            if len(args[data_at]) in EVENT_SIZES:
+            if len(args[1]) in EVENT_SIZES:
                 write(start)
                 written(now())
             return sent
@@ -83,9 +83,9 @@ def install(out: Path) -> dict[str, list[int]]:
             return ready
 
     os.read = reading(os.read)
-    os.write = writing(os.write, 1)
+    os.write = writing(os.write)
     socket.socket.recv = reading(socket.socket.recv)  # type: ignore[method-assign]
-    socket.socket.send = writing(socket.socket.send, 1)  # type: ignore[method-assign]
+    socket.socket.send = writing(socket.socket.send)  # type: ignore[method-assign]
     select.epoll = ProbedEpoll  # type: ignore[misc,assignment]  # (trio makes its epoll so)
     selectors.EpollSelector._selector_cls = ProbedEpoll  # type: ignore[attr-defined]
     atexit.register(lambda: out.write_text(json.dumps(notes)))

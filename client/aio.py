@@ -1065,15 +1065,15 @@ class AsyncClient:
         """The broker broke the protocol: tell it (best effort), then end the connection.
         Before the first handshake completed, the peer may well be no hop broker at all
         (a wrong port): the reason says so."""
+        reason = (
+            f"protocol violation by the broker: {exc}"
+            if self._opened
+            else f"the peer does not speak hop's protocol (is that a hop broker's port?): {exc}"
+        )
         if self._reconnecting():
-            self._lose(_lost(f"protocol violation by the broker: {exc}", exc))
+            self._lose(_lost(reason, exc))
             return
         if self._failure is None:
-            reason = (
-                f"protocol violation by the broker: {exc}"
-                if self._opened
-                else f"the peer does not speak hop's protocol (is that a hop broker's port?): {exc}"
-            )
             self._failure = _lost(reason, exc)
             with trio.move_on_after(CLOSE_TIMEOUT):
                 await self._drain_outgoing(error_frame(exc.code, exc.message))
