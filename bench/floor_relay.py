@@ -26,6 +26,7 @@ import argparse
 import itertools
 import os
 import select
+import signal
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -219,6 +220,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--work", choices=WORK, default="none", help="see the module doc")
     args = parser.parse_args(argv)
+    # A process started in the background by a shell without job control (`make test &`
+    # in a script) inherits SIGINT ignored, and then neither Python nor trio raise
+    # KeyboardInterrupt: the orderly stop needs the default handler back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         (run_trio if args.loop == "trio" else run_epoll)(args.port, args.work)
     except* KeyboardInterrupt:  # SIGINT (from trio, in a group): an orderly end

@@ -461,13 +461,15 @@ class AsyncSubscription:
 
 
 class _Reply:
-    """A slot for the broker's answer to one request; left empty if the connection ends."""
+    """A slot for the broker's answer to one request; left empty if the connection ends
+    (``loss`` then says why, when the client goes on to reconnect)."""
 
-    __slots__ = ("event", "message")
+    __slots__ = ("event", "message", "loss")
 
     def __init__(self) -> None:
         self.event = trio.Event()
         self.message: Message | None = None
+        self.loss: ConnectionLost | None = None
 
 
 # How an answer names the request it answers. Stats carries no id: the broker answers
@@ -868,7 +870,10 @@ class AsyncClient:
         if reply.message is None:
             if self._failure is not None:
                 raise self._error()
-            raise ConnectionLost("the connection to the broker was lost before the answer")
+            reason = "the connection to the broker was lost before the answer"
+            if reply.loss is not None:
+                raise _lost(f"{reason}: {reply.loss}", reply.loss)
+            raise ConnectionLost(reason)
         return reply.message
 
     async def _drain_outgoing(self, last_frame: bytes) -> None:
@@ -1143,6 +1148,7 @@ class AsyncClient:
         self._outgoing.close()  # senders blocked on a full queue retry on the next one
         self._conn_scope.cancel()
         for reply in (*self._replies.values(), *self._stats_replies):
+            reply.loss = error
             reply.event.set()
         self._stats_replies.clear()
 

@@ -5,6 +5,7 @@ from such notes and a short run reports every segment of it."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import textwrap
@@ -109,13 +110,22 @@ def test_a_short_run_reports_every_segment_through_hop_and_a_floor_relay() -> No
         assert 0.5 < segments["total"]["median"] / measured["p50_us"] < 2
 
 
-def test_a_probed_relay_ends_in_order_on_its_stop(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["default", "ignored"])
+def test_a_probed_relay_ends_in_order_on_its_stop(
+    tmp_path: Path, inherited: signal.Handlers
+) -> None:
     """Interrupted, the relay exits 0 on trio (its KeyboardInterrupt comes in a group)
-    and on epoll, and its probe has written its notes."""
+    and on epoll, and its probe has written its notes; also when it inherits SIGINT
+    ignored, as a background job of a shell without job control does."""
     for system in ("floor-trio", "floor-epoll"):
         notes = tmp_path / f"{system}.json"
         relay = FloorRelay(system, notes)
-        relay.start(tmp_path)
+        # Only this test's child inherits the disposition: pytest's own is put back.
+        previous = signal.signal(signal.SIGINT, inherited)
+        try:
+            relay.start(tmp_path)
+        finally:
+            signal.signal(signal.SIGINT, previous)
         proc = relay._proc
         relay.stop()
         assert proc is not None and proc.returncode == 0, system

@@ -642,9 +642,13 @@ async def test_connect_timeout(broker: FakeBroker) -> None:
 
 
 @pytest.mark.trio
-async def test_a_peer_that_is_no_hop_broker_is_named_so(nursery: trio.Nursery) -> None:
+@pytest.mark.parametrize("reconnect", [False, True])
+async def test_a_peer_that_is_no_hop_broker_is_named_so(
+    nursery: trio.Nursery, reconnect: bool
+) -> None:
     """Pointed at another service's port (here one answering as an HTTP server does),
-    the client says the peer does not speak the protocol, not just what broke."""
+    the client says the peer does not speak the protocol, not just what broke; a
+    reconnecting client too, whose first connection fails as any client's does."""
 
     async def http_server(stream: trio.SocketStream) -> None:
         await stream.receive_some(1000)
@@ -654,7 +658,7 @@ async def test_a_peer_that_is_no_hop_broker_is_named_so(nursery: trio.Nursery) -
     listeners = await nursery.start(partial(trio.serve_tcp, http_server, 0, host=HOST))
     port = listeners[0].socket.getsockname()[1]
     with pytest.raises(client.ConnectionLost, match="does not speak hop's protocol.*text 'HTTP'"):
-        async with client.open_client(HOST, port, name="lost", timeout=5):
+        async with client.open_client(HOST, port, name="lost", timeout=5, reconnect=reconnect):
             pytest.fail("connected")
 
 
