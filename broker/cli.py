@@ -13,6 +13,7 @@ and any unexpected error, which is a bug and is shown with its traceback).
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import time
@@ -194,7 +195,8 @@ _LIMIT_HELP = {
 }
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
     try:
         value = int(text)
     except ValueError:
@@ -204,8 +206,19 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number more than 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number more than 0, got {text}")
+    return value
+
+
 def _frame_size(text: str) -> int:
-    value = _positive_int(text)
+    value = positive_int(text)
     if value > 2**32 - 1:
         raise argparse.ArgumentTypeError(f"must be at most {2**32 - 1}, got {value}")
     return value
@@ -224,7 +237,7 @@ def add_broker_options(p: argparse.ArgumentParser) -> None:
         default = getattr(defaults, f.name)
         p.add_argument(
             "--" + f.name.replace("_", "-"),
-            type=_positive_int,
+            type=positive_int,
             default=default,
             help=f"limit: {_LIMIT_HELP[f.name]} (default {default})",
         )

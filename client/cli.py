@@ -16,7 +16,15 @@ from typing import Any
 import trio
 
 import client
-from broker.cli import EXIT_OK, BadInput, Layer, add_secret_option, secret_file
+from broker.cli import (
+    EXIT_OK,
+    BadInput,
+    Layer,
+    add_secret_option,
+    positive_int,
+    positive_number,
+    secret_file,
+)
 from broker.security import (
     SECRET_ENV,
     SECRET_FILE_ENV,
@@ -180,7 +188,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("address", help="HOST:PORT of a broker")
     p.add_argument("filters", nargs="+", help='filters, e.g. "family = 7 and price < 120.5"')
     p.add_argument("--name", default=f"hop-sub-{os.getpid()}", help="client name (default: unique)")
-    p.add_argument("--count", type=int, help="exit after this many events")
+    p.add_argument("--count", type=positive_int, help="exit after this many events")
     add_client_options(p)
     p.set_defaults(func=cmd_sub)
 
@@ -188,8 +196,10 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("address", help="HOST:PORT of a broker")
     p.add_argument("attributes", nargs="+", help="name=value (int, float, true/false, text)")
     p.add_argument("--name", default=f"hop-pub-{os.getpid()}", help="client name (default: unique)")
-    p.add_argument("--count", type=int, default=1)
-    p.add_argument("--rate", type=float, help="events per second (default: as fast as possible)")
+    p.add_argument("--count", type=positive_int, default=1, help="events to publish (default 1)")
+    p.add_argument(
+        "--rate", type=positive_number, help="events per second (default: as fast as possible)"
+    )
     add_client_options(p)
     p.set_defaults(func=cmd_pub)
 

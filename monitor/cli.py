@@ -18,7 +18,7 @@ from broker.process import StartupError, unwind_on_sigterm
 from monitor.errors import InputError
 from monitor.hostload import OTHER_CPU_LIMIT_CORES
 from monitor.replay import ReplayError
-from monitor.validate import CALIBRATION_FRACTIONS, DISTURBED_RETRIES, TREND
+from monitor.validate import CALIBRATION_FRACTIONS, DISTURBED_RETRIES, QUICK, TREND
 from routing import FilterSyntaxError
 from topologies import TopologyError, study_path
 
@@ -97,6 +97,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         scenario=args.scenario,
         duration_s=args.duration,
         quick=args.quick,
+        warmup_s=args.warmup,
         load_scale=args.load_scale,
         calibration_fractions=args.calibration_fractions,
         calibration_repeats=args.calibration_repeats,
@@ -179,8 +180,21 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("file", help=f"{FILE_HELP} with a workload")
     p.add_argument("--out", required=True, help="RUN_DIR")
     p.add_argument("--scenario")
-    p.add_argument("--duration", type=float, help="measured seconds of each replay")
-    p.add_argument("--quick", action="store_true", help="short phases (a smoke run)")
+    p.add_argument(
+        "--duration",
+        type=float,
+        help="measured seconds of the measurement replay (default: the file's; the "
+        "calibrations' are 1/F times longer)",
+    )
+    p.add_argument(
+        "--warmup", type=float, help="warm-up seconds, as --duration (default: the file's)"
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"short phases, a smoke run: {QUICK['duration_s']:g} s measured after "
+        f"{QUICK['warmup_s']:g} s of warm-up, unless --duration or --warmup say otherwise",
+    )
     p.add_argument("--load-scale", type=float, default=1.0, help="multiply the target rates")
     p.add_argument(
         "--calibration-fractions",

@@ -4,6 +4,17 @@ exception from this layer is a failure or a bug, never blamed on the user's inpu
 
 from __future__ import annotations
 
+import math
+
 
 class InputError(ValueError):
     """Input the user can correct; the message names the file, folder or option."""
+
+
+def check_number(value: float, what: str, *, positive: bool = False) -> float:
+    """``value`` if it is finite and at least 0 (more than 0 if ``positive``), else an
+    InputError naming ``what`` (as the user wrote it: an option, a setting)."""
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        bound = "more than 0" if positive else "at least 0"
+        raise InputError(f"{what} must be a finite number {bound}, got {value}")
+    return value

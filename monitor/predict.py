@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from monitor.carry import carried
 from monitor.characterize import Characterization, characterize
-from monitor.errors import InputError
+from monitor.errors import InputError, check_number
 from monitor.measured import in_window
 from monitor.model.network import Arrival, EventClass, Host, Network, Station, Tree
 from monitor.model.operational import Method, OperationalResult
@@ -261,6 +261,7 @@ def predict(
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise InputError(f"unknown methods {sorted(unknown)}; use {METHODS}")
+    check_number(rate_scale, "rate scale", positive=True)
     char = characterize(run_dir)
     target = target_workload(char, study_file, scenario, rate_scale, measured_rates)
     summary: dict[str, Any] = {"target_rates": target.rates, "methods": {}}

@@ -37,7 +37,7 @@ from broker.security import ClientCredentials
 from broker.trace.schema import TRACE_VERSION
 from monitor.coordinate import ClientProcessError, Coordinator, Schedule
 from monitor.driver import Plan
-from monitor.errors import InputError
+from monitor.errors import InputError, check_number
 from monitor.hostload import HostLoad, phase_bounds
 from monitor.placement import ClientProcess, client_processes
 from monitor.traces import read_table
@@ -114,11 +114,10 @@ def replay(
     study = load_case_study(study_file, filter_parser=parse_filter)
     workload = study.workload or Workload()
     if duration_s is not None:
-        workload = replace(workload, duration_s=duration_s)
+        workload = replace(workload, duration_s=check_number(duration_s, "duration", positive=True))
     if warmup_s is not None:
-        workload = replace(workload, warmup_s=warmup_s)
-    if rate_scale <= 0:
-        raise InputError(f"rate scale must be positive, got {rate_scale}")
+        workload = replace(workload, warmup_s=check_number(warmup_s, "warm-up"))
+    check_number(rate_scale, "rate scale", positive=True)
     if not study.publishers or not study.subscribers:
         raise InputError(f"{study_file}: a replay needs [[publishers]] and [[subscribers]]")
     rates = {p: r * rate_scale for p, r in study.rates_for(scenario).items()}

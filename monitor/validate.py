@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from monitor.errors import InputError
+from monitor.errors import InputError, check_number
 from monitor.hostload import disturbed
 from topologies import Workload, load_case_study
 
@@ -64,6 +64,27 @@ class Step:
     kind: str
     fraction: float
     name: str
+
+
+def phase_lengths(
+    workload: Workload,
+    fraction: float,
+    quick: bool = False,
+    duration_s: float | None = None,
+    warmup_s: float | None = None,
+) -> tuple[float, float]:
+    """The measured and warm-up seconds of a replay at ``fraction`` of the target load:
+    the given ones (InputError if not numbers of seconds), else `QUICK`'s with
+    ``quick``, else the workload's; 1/``fraction`` times longer, so a calibration
+    publishes the very events the measurement will."""
+    lengths = {"duration_s": workload.duration_s, "warmup_s": workload.warmup_s}
+    if quick:
+        lengths.update(QUICK)
+    if duration_s is not None:
+        lengths["duration_s"] = check_number(duration_s, "duration", positive=True)
+    if warmup_s is not None:
+        lengths["warmup_s"] = check_number(warmup_s, "warm-up")
+    return lengths["duration_s"] / fraction, lengths["warmup_s"] / fraction
 
 
 def schedule(repeats: int, fractions: Sequence[float], calibration_repeats: int) -> list[Step]:
@@ -170,6 +191,7 @@ def validate(
     scenario: str | None = None,
     duration_s: float | None = None,
     quick: bool = False,
+    warmup_s: float | None = None,
     load_scale: float = 1.0,
     calibration_fractions: Sequence[float] = CALIBRATION_FRACTIONS,
     calibration_repeats: int = 1,
@@ -188,28 +210,27 @@ def validate(
     from monitor.spark import spark_session
 
     _check(calibration_fractions, calibration_repeats, repeats, disturbed_retries, trend)
+    check_number(load_scale, "load scale", positive=True)
+    workload = load_case_study(study_file).workload or Workload()
+    phase_lengths(workload, 1.0, quick, duration_s, warmup_s)  # bad lengths fail before a replay
     carry = len(set(calibration_fractions)) > 1
     started = time.monotonic()
-    durations = dict(QUICK) if quick else {}
-    if duration_s is not None:
-        durations["duration_s"] = duration_s
     run_dir.mkdir(parents=True, exist_ok=True)
 
     def step(text: str) -> None:
         if not quiet:
             print(f"[{time.monotonic() - started:6.1f} s] {text}", file=sys.stderr, flush=True)
 
-    workload = load_case_study(study_file).workload or Workload()
-
     def replay_step(s: Step, folder: Path) -> None:
+        measured_s, warm_s = phase_lengths(workload, s.fraction, quick, duration_s, warmup_s)
         replay(
             study_file,
             folder,
             scenario=scenario,
             rate_scale=load_scale * s.fraction,
             quiet=quiet,
-            duration_s=durations.get("duration_s", workload.duration_s) / s.fraction,
-            warmup_s=durations.get("warmup_s", workload.warmup_s) / s.fraction,
+            duration_s=measured_s,
+            warmup_s=warm_s,
         )
 
     steps = schedule(repeats, calibration_fractions, calibration_repeats)

@@ -28,7 +28,8 @@ from monitor.repeats import (
     spread_percent,
 )
 from monitor.report import HostLoadSummary, compare, summary_sentence
-from monitor.validate import Step, run_replays, schedule, validate
+from monitor.validate import QUICK, Step, phase_lengths, run_replays, schedule, validate
+from topologies import Workload
 
 REPO = Path(__file__).resolve().parent.parent
 STUDY = REPO / "topologies" / "tree7.toml"
@@ -81,10 +82,12 @@ class Recorder:
 
     def __init__(self, disturbed_first: int = 0) -> None:
         self.calls: list[tuple[str, Any]] = []
+        self.lengths: list[tuple[float, float | None]] = []  # each replay's duration and warm-up
         self.disturbed_left = disturbed_first
 
     def replay(self, study: Path, run_dir: Path, rate_scale: float = 1.0, **kw: Any) -> None:
         self.calls.append(("replay", (run_dir.name, round(rate_scale, 6), kw["duration_s"])))
+        self.lengths.append((kw["duration_s"], kw.get("warmup_s")))
         run_dir.mkdir(parents=True)
         disturbed = self.disturbed_left > 0
         self.disturbed_left -= 1
@@ -147,11 +150,36 @@ def test_validate_runs_calibrations_and_measurements_in_alternation(
     assert record["order"] == [r[0] for r in replays]
 
 
+def test_phase_lengths_given_then_quick_then_the_workloads() -> None:
+    workload = Workload(duration_s=60.0, warmup_s=5.0)
+    assert phase_lengths(workload, 1.0) == (60.0, 5.0)
+    assert phase_lengths(workload, 0.5) == (120.0, 10.0)  # the same events, slower
+    assert phase_lengths(workload, 1.0, quick=True) == (QUICK["duration_s"], QUICK["warmup_s"])
+    assert phase_lengths(workload, 0.5, True, duration_s=2.0) == (4.0, 2 * QUICK["warmup_s"])
+    assert phase_lengths(workload, 1.0, True, warmup_s=0.0) == (QUICK["duration_s"], 0.0)
+    assert phase_lengths(workload, 1.0, False, 3.0, 0.5) == (3.0, 0.5)
+    with pytest.raises(InputError, match="duration must be"):
+        phase_lengths(workload, 1.0, duration_s=0.0)
+    with pytest.raises(InputError, match="warm-up must be"):
+        phase_lengths(workload, 1.0, warmup_s=float("nan"))
+
+
+def test_validate_passes_the_warm_up_to_every_replay(recorder: Recorder, tmp_path: Path) -> None:
+    validate(STUDY, tmp_path, quick=True, duration_s=2.0, warmup_s=0.5, quiet=True)
+    assert recorder.lengths == [
+        pytest.approx((2 / 0.3, 0.5 / 0.3)),
+        pytest.approx((2 / 0.6, 0.5 / 0.6)),
+        (2.0, 0.5),
+    ]
+
+
 def test_validate_refuses_bad_repeats(recorder: Recorder, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="repeats must be at least 1"):
         validate(STUDY, tmp_path, repeats=0, quiet=True)
     with pytest.raises(InputError, match="disturbed retries"):
         validate(STUDY, tmp_path, disturbed_retries=-1, quiet=True)
+    with pytest.raises(InputError, match="warm-up must be"):
+        validate(STUDY, tmp_path, warmup_s=-1.0, quiet=True)
     assert recorder.calls == []
 
 

@@ -69,13 +69,55 @@ def test_a_folder_that_is_not_a_run_is_the_users_input(
     assert str(tmp_path) in capsys.readouterr().err
 
 
-def test_a_bad_rate_scale_is_the_users_input(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("command", "option", "value", "named"),
+    [
+        ("replay", "--rate-scale", "0", "rate scale"),
+        ("replay", "--rate-scale", "nan", "rate scale"),
+        ("replay", "--duration", "0", "duration"),
+        ("replay", "--duration", "nan", "duration"),
+        ("replay", "--warmup", "-1", "warm-up"),
+        ("validate", "--load-scale", "-2", "load scale"),
+        ("validate", "--duration", "-1", "duration"),
+        ("validate", "--warmup", "inf", "warm-up"),
+        ("predict", "--rate-scale", "-1", "rate scale"),
+    ],
+)
+def test_a_bad_length_or_scale_is_the_users_input(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    option: str,
+    value: str,
+    named: str,
 ) -> None:
+    """Refused before anything starts or is read (no run folder), naming the option's
+    quantity."""
     study = REPO / "topologies" / "tree7.toml"
-    code = hop_main(["replay", str(study), "--out", str(tmp_path), "--rate-scale", "0"])
+    out = tmp_path / "run"
+    where = [str(out)] if command == "predict" else [str(study), "--out", str(out), "--quiet"]
+    code = hop_main([command, *where, option, value])
     assert code == EXIT_BAD_INPUT
-    assert "rate scale must be positive" in capsys.readouterr().err
+    assert f"{named} must be a finite number" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["pub", "127.0.0.1:1", "--count", "-1", "a=1"], "--count: must be at least 1"),
+        (["pub", "127.0.0.1:1", "--rate", "0", "a=1"], "--rate: must be a finite number"),
+        (["pub", "127.0.0.1:1", "--rate", "nan", "a=1"], "--rate: must be a finite number"),
+        (["sub", "127.0.0.1:1", "--count", "0", "a = 1"], "--count: must be at least 1"),
+    ],
+)
+def test_a_client_commands_bad_count_or_rate_is_refused_before_connecting(
+    capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        hop_main(args)
+    assert exited.value.code == EXIT_BAD_INPUT
+    assert said in capsys.readouterr().err
 
 
 def _children_first(tmp_path: Path, routing: str) -> tuple[Path, int]:

@@ -1,4 +1,5 @@
-"""`hop validate --quick --repeats 2` end to end on tree7: the replays run interleaved,
+"""`hop validate --quick --repeats 2` end to end on tree7 (its phases cut further by
+--duration and --warmup): the replays run interleaved,
 the report agrees with the Parquet outputs and the runs' own figures (medians over the
 repetitions, intervals, whether each prediction lies inside the measurement's
 interval), and it renders in a real browser (headless Chromium) with every figure."""
@@ -32,7 +33,7 @@ def validated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp / "run"
     result = subprocess.run(
         [sys.executable, "-m", "hop", "validate", str(study), "--out", str(out),
-         "--quick", "--duration", "2", "--load-scale", "2", "--quiet",
+         "--quick", "--duration", "2", "--warmup", "0.5", "--load-scale", "2", "--quiet",
          "--repeats", "2", "--disturbed-retries", "0"],
         capture_output=True, text=True, timeout=600, check=False,
         cwd=Path(__file__).resolve().parent.parent,
