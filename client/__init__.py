@@ -29,19 +29,16 @@ several in order, every one checked before any is sent. Subscription queues are 
 the application must consume what it subscribes to.
 """
 
-from client.aio import (
-    AsyncClient,
-    AsyncSubscription,
+from client.aio import AsyncClient, AsyncSubscription, Reconnect, open_client
+from client.blocking import Client, Subscription
+from client.errors import (
     BrokerError,
     ClientClosed,
     ClientError,
     ConnectionLost,
-    Delivery,
-    Reconnect,
     SubscriptionClosed,
-    open_client,
 )
-from client.blocking import Client, Subscription
+from client.events import Delivery
 
 __all__ = [
     "AsyncClient",

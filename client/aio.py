@@ -59,7 +59,6 @@ from typing import Any, cast
 
 import trio
 
-from broker.messages import unfrozen_twin
 from broker.netio import socket_fd
 from broker.outgoing import Outgoing
 from broker.protocol import (
@@ -86,6 +85,23 @@ from broker.protocol import (
     new_event_frame,
 )
 from broker.security import secret_from_env
+from client.errors import (
+    BrokerError,
+    ClientClosed,
+    ClientError,
+    ConnectionLost,
+    SubscriptionClosed,
+    fresh_copy,
+    lost,
+)
+from client.events import (
+    Delivery,
+    checked_event,
+    checked_events,
+    delivery_of,
+    publish_frame,
+    publish_frames,
+)
 from client.shared_queue import SharedOutQueue
 from client.socket_reader import SocketReader
 from routing import Filter, parse_filter, validate_event
@@ -124,36 +140,6 @@ CPU per event, docs/performance.md)."""
 _IO_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
 
 
-class ClientError(Exception):
-    """Base of the errors raised by the client library."""
-
-
-class ConnectionLost(ClientError):
-    """The connection to the broker has ended (lost, refused, or closed by this client)."""
-
-
-class ClientClosed(ConnectionLost):
-    """The connection ended because this client was closed (``aclose``, ``close``, or
-    leaving its ``with`` block): the end a program asked for, not a loss."""
-
-
-class BrokerError(ConnectionLost):
-    """The broker sent Error (``code``, ``message``) and closed the connection; also what
-    connecting raises when the broker refuses the Hello (a bad secret, say)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(code, message)
-        self.code = code
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
-
-
-class SubscriptionClosed(ClientError):
-    """``next()`` on a subscription that was unsubscribed and has nothing queued."""
-
-
 @dataclass(frozen=True, slots=True)
 class Reconnect:
     """How a client reconnects after losing its broker (see the module doc)."""
@@ -169,62 +155,6 @@ class Reconnect:
             raise ValueError("need 0 < initial_s <= max_s")
         if not 0 < self.heartbeat_s < self.heartbeat_timeout_s:
             raise ValueError("need 0 < heartbeat_s < heartbeat_timeout_s")
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One event delivered to a subscription. ``t_deliver_ns`` is ``time.time_ns()`` when
-    the frame was decoded. One Deliver for several subscriptions of a connection gives
-    one Delivery, shared by them: do not mutate ``attributes``."""
-
-    event_id: str
-    publisher: str
-    attributes: dict[str, Any]
-    sub_ids: tuple[int, ...]
-    path: tuple[str, ...]
-    t_publish_ns: int
-    t_deliver_ns: int
-
-
-_UnfrozenDelivery: Any = unfrozen_twin(Delivery)
-
-
-def _delivery_of(
-    sub_ids: list[int],
-    event_id: str,
-    publisher: str,
-    attributes: dict[str, Any],
-    path: list[str],
-    t_publish_ns: int,
-) -> Delivery:
-    """The client connection's ``build_deliver``: the `Delivery` of a Deliver's checked
-    fields, made without a Deliver in between, and built as
-    `broker.messages.unfrozen_twin` says (a frozen dataclass's ``__init__`` sets each
-    field through ``object.__setattr__``, which took ~0.9 us)."""
-    delivery: Any = _UnfrozenDelivery.__new__(_UnfrozenDelivery)
-    delivery.event_id = event_id
-    delivery.publisher = publisher
-    delivery.attributes = attributes
-    delivery.sub_ids = tuple(sub_ids)
-    delivery.path = tuple(path)
-    delivery.t_publish_ns = t_publish_ns
-    delivery.t_deliver_ns = time.time_ns()
-    delivery.__class__ = Delivery
-    return delivery
-
-
-def _copy(error: ConnectionLost) -> ConnectionLost:
-    """A fresh instance of ``error``: one exception object must not be raised by several
-    tasks at once (each raise rewrites its traceback)."""
-    copy = type(error)(*error.args)
-    copy.__cause__ = error.__cause__
-    return copy
-
-
-def _lost(reason: str, cause: BaseException | None = None) -> ConnectionLost:
-    error = ConnectionLost(reason)
-    error.__cause__ = cause
-    return error
 
 
 @dataclass
@@ -243,72 +173,6 @@ def _outgoing_queue(fd: int | None) -> SharedOutQueue:
     socket ``fd`` (None: TLS) if the writer is idle (`OutQueue.put_through`). The
     blocking client's callers may write through it from their threads too."""
     return SharedOutQueue(OUTGOING_FRAMES, OUTGOING_FRAMES, Outgoing(), _SendCounters(), fd)
-
-
-_VALUE_TYPES = frozenset({int, float, str, bool, bytes})
-_STR = frozenset({str})
-_VALID_NAMES: set[str] = set()
-"""Attribute names of events this process published: `_checked` skips the name
-checks for them. Bounded by _VALID_NAMES_MAX."""
-_VALID_NAMES_MAX = 4096
-
-
-def _checked(attributes: Mapping[str, Any]) -> dict[str, Any]:
-    """``attributes`` as the dict to encode, after ``routing.validate_event`` accepted
-    it, with its errors (TypeError, ValueError) for an invalid event.
-
-    An event that is a dict of names published before and values of the accepted
-    types is not checked further here (three set operations in C instead of a Python
-    loop over its items): of what `validate_event` checks, only the range of its
-    integers is left, and msgpack refuses exactly those out of range when the event
-    is encoded (`_encoded` then lets `validate_event` raise its error)."""
-    if (
-        type(attributes) is dict
-        and attributes.keys() <= _VALID_NAMES
-        and _STR.issuperset(map(type, attributes))
-        and _VALUE_TYPES.issuperset(map(type, attributes.values()))
-    ):
-        return attributes
-    validate_event(attributes)
-    if len(_VALID_NAMES) < _VALID_NAMES_MAX:
-        _VALID_NAMES.update(attributes)
-    return attributes if type(attributes) is dict else dict(attributes)
-
-
-def _encoded(event_id: str, publisher: str, event: dict[str, Any], t_ns: int) -> bytes:
-    """The Publish frame of an event `_checked` returned (`new_event_frame`)."""
-    try:
-        return new_event_frame(event_id, publisher, event, t_ns)
-    except OverflowError:  # an integer out of msgpack's range
-        validate_event(event)  # raises ValueError naming the attribute
-        raise
-
-
-def _checked_all(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """`_checked` of each event; an error notes the index of the event it is about."""
-    checked = []
-    for index, attributes in enumerate(events):
-        try:
-            checked.append(_checked(attributes))
-        except (TypeError, ValueError) as exc:
-            exc.add_note(f"publish_many: event {index}; nothing was sent")
-            raise
-    return checked
-
-
-def _encoded_all(
-    name: str, last_seq: int, events: list[dict[str, Any]], t_ns: int
-) -> tuple[list[str], list[bytes]]:
-    """The default ids (after ``last_seq``) and the frames of ``events`` (`_encoded`)."""
-    ids = [f"{name}:{seq}" for seq in range(last_seq + 1, last_seq + 1 + len(events))]
-    frames = []
-    for index, (event_id, event) in enumerate(zip(ids, events, strict=True)):
-        try:
-            frames.append(_encoded(event_id, name, event, t_ns))
-        except (TypeError, ValueError) as exc:
-            exc.add_note(f"publish_many: event {index}; nothing was sent")
-            raise
-    return ids, frames
 
 
 def _check_callback(fn: Any, what: str) -> None:
@@ -457,7 +321,7 @@ class AsyncSubscription:
     def _ended(self) -> ClientError:
         if self._end is None:
             return SubscriptionClosed(f"subscription {self.id} is unsubscribed")
-        return _copy(self._end)
+        return fresh_copy(self._end)
 
 
 class _Reply:
@@ -525,7 +389,7 @@ class AsyncClient:
         self._flushed_losses = 0
         self._heard = time.monotonic()  # when data last came from the broker
         self._stream = stream
-        self._conn = Connection("initiator", build_deliver=_delivery_of)
+        self._conn = Connection("initiator", build_deliver=delivery_of)
         self._outgoing = _outgoing_queue(socket_fd(stream))
         self._reader = self._socket_reader(stream)
         # A subscription was given a handler: from then on no consumer reads the
@@ -631,7 +495,7 @@ class AsyncClient:
         the outgoing queue is full. An invalid event raises TypeError or ValueError
         before anything is sent.
         """
-        event = _checked(attributes)
+        event = checked_event(attributes)
         now = time.time_ns()
         name = self.name
         if event_id is None:
@@ -639,12 +503,12 @@ class AsyncClient:
             event_id = f"{name}:{seq}"
             try:
                 frame = new_event_frame(event_id, name, event, now)
-            except OverflowError:  # (`_encoded`, inline)
+            except OverflowError:  # (`publish_frame`, inline)
                 validate_event(event)
                 raise
             self._event_seq = seq  # (a rejected event uses no id)
         else:
-            frame = _encoded(event_id, name, event, now)
+            frame = publish_frame(event_id, name, event, now)
         alone = now - self._last_publish_ns >= WRITE_THROUGH_GAP_NS
         self._last_publish_ns = now
         # `_send`'s way, straight: queue the frame if the connection is up and its
@@ -673,12 +537,12 @@ class AsyncClient:
         all are handed to the connection (see ``flush``), waiting while the outgoing
         queue is full; cancelled meanwhile, the first ones may have been handed over.
         """
-        checked = _checked_all(events)
+        checked = checked_events(events)
         if not checked:
             await trio.lowlevel.checkpoint()
             return []
         now = time.time_ns()
-        ids, frames = _encoded_all(self.name, self._event_seq, checked, now)
+        ids, frames = publish_frames(self.name, self._event_seq, checked, now)
         self._event_seq += len(ids)
         self._last_publish_ns = now
         await self._send_frames(frames)
@@ -728,7 +592,7 @@ class AsyncClient:
         await self._io_done.wait()
         await trio.lowlevel.checkpoint()  # the I/O task's exception cancels us first
         if (failure := self._lost_for_good()) is not None:
-            raise _copy(failure)
+            raise fresh_copy(failure)
 
     async def aclose(self) -> None:
         """Close the connection: send Bye after everything queued, wait (at most
@@ -748,7 +612,7 @@ class AsyncClient:
     # --- sending -----------------------------------------------------------------------
 
     def _error(self) -> ConnectionLost:
-        return _copy(self._failure) if self._failure else ClientClosed("the client is closed")
+        return fresh_copy(self._failure) if self._failure else ClientClosed("the client is closed")
 
     async def _send(
         self, message: Message | bytes, internal: bool = False, through: bool = False
@@ -872,7 +736,7 @@ class AsyncClient:
                 raise self._error()
             reason = "the connection to the broker was lost before the answer"
             if reply.loss is not None:
-                raise _lost(f"{reason}: {reply.loss}", reply.loss)
+                raise lost(f"{reason}: {reply.loss}", reply.loss)
             raise ConnectionLost(reason)
         return reply.message
 
@@ -898,7 +762,7 @@ class AsyncClient:
                 self._disconnected(failure)
         except Exception as exc:  # a handler's or callback's: it ends the client
             cause = (_sole_exception(exc) if isinstance(exc, BaseExceptionGroup) else exc) or exc
-            self._fail(_lost(f"the client's I/O task failed: {cause!r}", cause))
+            self._fail(lost(f"the client's I/O task failed: {cause!r}", cause))
             raise
         finally:
             self._fail(ConnectionLost("the connection's I/O task ended"))  # closes the queue
@@ -948,7 +812,7 @@ class AsyncClient:
         """Make ``stream`` the current connection, with a fresh protocol state."""
         self.reconnects += 1
         self._stream = stream
-        self._conn = Connection("initiator", build_deliver=_delivery_of)
+        self._conn = Connection("initiator", build_deliver=delivery_of)
         self._outgoing = _outgoing_queue(socket_fd(stream))
         self._reader = self._socket_reader(stream)
         self._writer_done = trio.Event()
@@ -1010,7 +874,7 @@ class AsyncClient:
             if isinstance(self._stream, trio.abc.HalfCloseableStream):  # TLS is not
                 await self._stream.send_eof()  # Bye or Error is out
         except _IO_ERRORS as exc:
-            self._lose(_lost(f"writing to the broker failed: {exc!r}", exc))
+            self._lose(lost(f"writing to the broker failed: {exc!r}", exc))
         finally:
             self._writer_done.set()
 
@@ -1025,7 +889,7 @@ class AsyncClient:
         except ProtocolError as exc:
             await self._report_violation(exc)
         except _IO_ERRORS as exc:
-            self._lose(_lost(f"reading from the broker failed: {exc!r}", exc))
+            self._lose(lost(f"reading from the broker failed: {exc!r}", exc))
 
     def _socket_reader(self, stream: trio.abc.Stream) -> SocketReader | None:
         """The reading side of ``stream``'s socket (None for TLS and in-memory streams,
@@ -1076,17 +940,17 @@ class AsyncClient:
             else f"the peer does not speak hop's protocol (is that a hop broker's port?): {exc}"
         )
         if self._reconnecting():
-            self._lose(_lost(reason, exc))
+            self._lose(lost(reason, exc))
             return
         if self._failure is None:
-            self._failure = _lost(reason, exc)
+            self._failure = lost(reason, exc)
             with trio.move_on_after(CLOSE_TIMEOUT):
                 await self._drain_outgoing(error_frame(exc.code, exc.message))
         self._teardown()
 
     def _dispatch(self, message: Message) -> None:
         """Act on a message other than a Deliver (`_read_loop` delivers those, as the
-        connection's `_delivery_of` made them)."""
+        connection's `delivery_of` made them)."""
         match message:
             case Ping(nonce=nonce):
                 self._send_nowait(Pong(nonce))

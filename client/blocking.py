@@ -48,17 +48,16 @@ from client.aio import (
     WRITE_THROUGH_GAP_NS,
     AsyncClient,
     AsyncSubscription,
-    ClientClosed,
-    ConnectionLost,
-    Delivery,
     Reconnect,
-    SubscriptionClosed,
-    _checked,
-    _checked_all,
-    _copy,
-    _encoded,
-    _encoded_all,
     open_client,
+)
+from client.errors import ClientClosed, ConnectionLost, SubscriptionClosed, fresh_copy
+from client.events import (
+    Delivery,
+    checked_event,
+    checked_events,
+    publish_frame,
+    publish_frames,
 )
 from routing import Filter, parse_filter
 
@@ -118,7 +117,7 @@ class _Feeder:
             raise error
         failure = self._aclient._failure
         if failure is not None:
-            raise _copy(failure)
+            raise fresh_copy(failure)
 
     def _take(self, room: int | None = None) -> tuple[list[bytes], bool]:
         """(the frames waiting, whether they are one publish alone in time), in the trio
@@ -342,7 +341,7 @@ class Client:
             return trio.from_thread.run(afn, *args, trio_token=self._token)
         except (trio.RunFinishedError, trio.Cancelled):
             if (failure := self._aclient._lost_for_good()) is not None:
-                raise _copy(failure) from None  # what ended the trio thread
+                raise fresh_copy(failure) from None  # what ended the trio thread
             raise ClientClosed("the client is closed") from None
 
     def subscribe(
@@ -393,13 +392,13 @@ class Client:
         raises ``ConnectionLost`` (when reconnecting, the next call may: events not
         handed over in time are lost)."""
         name = self._aclient.name
-        event = _checked(attributes)
+        event = checked_event(attributes)
         if event_id is not None:
-            self._send(_encoded(event_id, name, event, time.time_ns()))
+            self._send(publish_frame(event_id, name, event, time.time_ns()))
             return event_id
         with self._seq_lock:  # (a rejected event uses no id)
             seq = self._event_seq + 1
-            frame = _encoded(f"{name}:{seq}", name, event, time.time_ns())
+            frame = publish_frame(f"{name}:{seq}", name, event, time.time_ns())
             self._event_seq = seq
         self._send(frame)
         return f"{name}:{seq}"
@@ -429,9 +428,11 @@ class Client:
         """Publish ``events`` in order; return their ids (see
         ``AsyncClient.publish_many``): every event is checked and encoded before any is
         sent, an invalid one raises TypeError or ValueError and nothing is sent."""
-        checked = _checked_all(events)
+        checked = checked_events(events)
         with self._seq_lock:
-            ids, frames = _encoded_all(self._aclient.name, self._event_seq, checked, time.time_ns())
+            ids, frames = publish_frames(
+                self._aclient.name, self._event_seq, checked, time.time_ns()
+            )
             self._event_seq += len(ids)
         for at in range(0, len(frames), OUTGOING_FRAMES):
             self._feeder.put(frames[at : at + OUTGOING_FRAMES])
@@ -466,7 +467,7 @@ class Client:
         if self._errors:
             raise self._errors.pop()
         if (failure := self._aclient._lost_for_good()) is not None:
-            raise _copy(failure)
+            raise fresh_copy(failure)
 
     def close(self) -> None:
         """Say Bye, close the connection and wait for the trio thread to end. Pending and

@@ -9,7 +9,9 @@ import pytest
 import trio
 import trio.testing
 
-from client.aio import AsyncSubscription, ConnectionLost, Delivery, SubscriptionClosed, _delivery_of
+from client.aio import AsyncSubscription
+from client.errors import ConnectionLost, SubscriptionClosed
+from client.events import Delivery, delivery_of
 from routing import parse_filter
 
 
@@ -27,13 +29,13 @@ def _sub() -> AsyncSubscription:
 
 
 def _delivery(n: int) -> Delivery:
-    return _delivery_of([1], f"e{n}", "pub", {"n": n}, ["1"], 100 + n)
+    return delivery_of([1], f"e{n}", "pub", {"n": n}, ["1"], 100 + n)
 
 
 def test_a_delivery_is_the_message_seen_by_the_client() -> None:
     """What the client's connection makes of a Deliver's fields (its build_deliver)."""
     before = time.time_ns()
-    d = _delivery_of([1, 4], "e", "p", {"n": 1}, ["1", "2"], 5)
+    d = delivery_of([1, 4], "e", "p", {"n": 1}, ["1", "2"], 5)
     assert type(d) is Delivery
     assert (d.event_id, d.publisher, d.attributes, d.sub_ids, d.path) == (
         "e",
