@@ -10,18 +10,35 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib import metadata
 
 import broker.cli
 import client.cli
 import monitor.cli
+from broker.protocol import PROTOCOL_VERSION
+from broker.trace.schema import TRACE_VERSION
 
 LAYERS = (broker.cli.LAYER, client.cli.LAYER, monitor.cli.LAYER)
+DISTRIBUTION = "hop-broker"
+
+
+def version_text() -> str:
+    """What ``hop --version`` prints: the package's version, and the versions of the
+    wire protocol and of the trace files, which must agree across a network's hosts
+    (brokers refuse a peer of another protocol; analysis, traces of another schema)."""
+    try:
+        package = metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        package = "(not installed)"
+    return f"hop {package} (protocol {PROTOCOL_VERSION}, trace schema {TRACE_VERSION})"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return broker.cli.build(
+    parser = broker.cli.build(
         "hop", "a content-based event broker network that measures itself", LAYERS
     )
+    parser.add_argument("--version", action="version", version=version_text())
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import signal
 import subprocess
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ import monitor.report
 from broker.cli import EXIT_BAD_INPUT, EXIT_FAILURE, Layer, build, run
 from broker.local_network import REPO, free_base_port
 from broker.probe import fetch_stats
+from broker.protocol import PROTOCOL_VERSION
+from broker.trace.schema import TRACE_VERSION
 from hop.cli import main as hop_main
 from hop.command import HOP, stop, wait_ready
 from monitor.errors import InputError
@@ -118,6 +121,19 @@ def test_a_client_commands_bad_count_or_rate_is_refused_before_connecting(
         hop_main(args)
     assert exited.value.code == EXIT_BAD_INPUT
     assert said in capsys.readouterr().err
+
+
+def test_hop_version_names_the_package_protocol_and_trace_schema(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        hop_main(["--version"])
+    assert exited.value.code == 0
+    said = capsys.readouterr().out.strip()
+    assert said == (
+        f"hop {metadata.version('hop-broker')} "
+        f"(protocol {PROTOCOL_VERSION}, trace schema {TRACE_VERSION})"
+    )
 
 
 def _children_first(tmp_path: Path, routing: str) -> tuple[Path, int]:

@@ -20,6 +20,7 @@ import sys
 import sysconfig
 import tomllib
 import zipfile
+from importlib import metadata
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
@@ -199,6 +200,8 @@ def test_the_installed_hop_runs_the_pipeline_from_outside_the_checkout(
     assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout
 
     hop = str(venv / "bin" / "hop")
+    version = _run([hop, "--version"], work)
+    assert version.stdout.startswith(f"hop {metadata.version('hop-broker')} (protocol "), version
     steps = [
         [hop, "replay", "tree7", "--out", "run", "--duration", "3", "--warmup", "1", "--quiet"],
         [hop, "analyze", "run"],
