@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import ssl
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,20 +146,54 @@ def _printable(attributes: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.hex() if isinstance(v, bytes) else v) for k, v in attributes.items()}
 
 
+STDIN = "-"
+"""`hop pub`'s event argument that reads the events from standard input instead."""
+
+
 def cmd_pub(args: argparse.Namespace) -> int:
-    event = attributes(args.attributes)
+    lines = STDIN in args.attributes
+    if lines and (len(args.attributes) > 1 or args.count is not None):
+        raise BadInput(f"{STDIN!r} reads the events from standard input: give no name=value "
+                       "pairs and no --count with it")  # fmt: skip
     host, port = address(args.address)
     creds = credentials(args)
+    if lines:
+        events: Iterable[dict[str, Any]] = json_lines(sys.stdin)
+    else:
+        events = itertools.repeat(attributes(args.attributes), args.count or 1)
+    published = 0
     with client.Client.connect(
         host, port, name=args.name, secret=creds.secret, ssl_context=creds.ssl_context
     ) as c:
-        for i in range(args.count):
-            c.publish(event)
-            if args.rate and i + 1 < args.count:
-                time.sleep(1.0 / args.rate)
+        try:
+            for event in events:
+                if args.rate and published:
+                    time.sleep(1.0 / args.rate)
+                c.publish(event)
+                published += 1
+        except BadInput as exc:
+            c.flush()
+            raise BadInput(f"{exc} (the {published} event(s) before it were published)") from None
         c.flush()
-    print(f"published {args.count} event(s) to {host}:{port}", file=sys.stderr)
+    print(f"published {published} event(s) to {host}:{port}", file=sys.stderr)
     return EXIT_OK
+
+
+def json_lines(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """The events of ``lines``, each a JSON object of attributes (as `hop sub` prints
+    them; blank lines skipped), as they come; BadInput naming the line of one that is
+    not an event."""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+            if type(event) is not dict:
+                raise TypeError(f"expected a JSON object of attributes, got {line.strip()!r}")
+            validate_event(event)
+        except (ValueError, TypeError) as exc:  # (json's errors are ValueErrors)
+            raise BadInput(f"line {number}: {exc}") from None
+        yield event
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -192,11 +228,21 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     add_client_options(p)
     p.set_defaults(func=cmd_sub)
 
-    p = command("pub", "publish an event given as name=value pairs")
+    p = command("pub", "publish an event given as name=value pairs, or events read as JSON lines")
     p.add_argument("address", help="HOST:PORT of a broker")
-    p.add_argument("attributes", nargs="+", help="name=value (int, float, true/false, text)")
+    p.add_argument(
+        "attributes",
+        nargs="+",
+        help=f"name=value (int, float, true/false, text); or {STDIN!r}: publish each line "
+        "of standard input until its end, a JSON object of attributes (as hop sub prints "
+        "them)",
+    )
     p.add_argument("--name", default=f"hop-pub-{os.getpid()}", help="client name (default: unique)")
-    p.add_argument("--count", type=positive_int, default=1, help="events to publish (default 1)")
+    p.add_argument(
+        "--count",
+        type=positive_int,
+        help="publish the name=value event this many times (default 1)",
+    )
     p.add_argument(
         "--rate", type=positive_number, help="events per second (default: as fast as possible)"
     )
