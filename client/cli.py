@@ -11,9 +11,9 @@ import os
 import ssl
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import trio
 
@@ -101,9 +101,51 @@ def cmd_sub(args: argparse.Namespace) -> int:
     filters = [parse_filter(text) for text in args.filters]
     host, port = address(args.address)
     creds = credentials(args)
+    printer = EventPrinter(args.count)
     with contextlib.suppress(KeyboardInterrupt):
-        trio.run(_subscribe_and_print, host, port, args.name, filters, args.count, creds)
+        trio.run(
+            _subscribe_and_print, host, port, args.name, filters, printer, creds, args.reconnect
+        )
     return EXIT_OK
+
+
+class EventPrinter:
+    """Prints each delivered event's attributes once as a JSON line, in the order the
+    events arrive, however many of the filters it matched; after ``count`` events (if
+    given) it prints nothing more and calls ``on_done``.
+
+    A Deliver names every subscription of the connection that it matched, and the
+    client hands its one Delivery to their handlers one after the other, so once every
+    subscription is made, a repeat is the very object printed last: nothing grows with
+    the events seen, however long it runs. Only while subscribing, when a subscription
+    hands over what came before its acknowledgement, are the ids printed remembered."""
+
+    def __init__(self, count: int | None, out: TextIO | None = None) -> None:
+        self.count = count
+        self.printed = 0
+        self.on_done: Callable[[], object] | None = None
+        self._out = out
+        self._last: client.Delivery | None = None
+        self._seen: set[str] | None = set()  # the ids printed while subscribing
+
+    def settled(self) -> None:
+        """Every subscription is made: repeats come one after the other from now on."""
+        self._seen = None
+
+    def show(self, delivery: client.Delivery) -> None:
+        """A subscription's handler."""
+        if delivery is self._last or self.printed == self.count:
+            return
+        if self._seen is not None:
+            if delivery.event_id in self._seen:
+                return
+            self._seen.add(delivery.event_id)
+        self._last = delivery
+        line = json.dumps(_printable(delivery.attributes), sort_keys=True)
+        print(line, file=self._out or sys.stdout, flush=True)
+        self.printed += 1
+        if self.printed == self.count and self.on_done is not None:
+            self.on_done()
 
 
 async def _subscribe_and_print(
@@ -111,35 +153,36 @@ async def _subscribe_and_print(
     port: int,
     name: str,
     filters: list[Any],
-    count: int | None,
+    printer: EventPrinter,
     creds: ClientCredentials,
+    reconnect: bool,
 ) -> None:
-    """Several filters are a disjunction: print each event once, whichever matched."""
+    """Several filters are a disjunction (`EventPrinter`). Returns once ``printer`` has
+    printed its count; raises what ended the connection (for good, with ``reconnect``)."""
+
+    def disconnected(error: client.ConnectionLost) -> None:
+        print(f"hop sub: connection lost: {error}", file=sys.stderr, flush=True)
+
+    def reconnected() -> None:
+        print(
+            f"hop sub: reconnected, {len(filters)} filter(s) renewed", file=sys.stderr, flush=True
+        )
+
     async with client.open_client(
-        host, port, name=name, secret=creds.secret, ssl_context=creds.ssl_context
-    ) as c:
-        subs = [await c.subscribe(f) for f in filters]
-        print(f"subscribed to {len(subs)} filter(s) at {host}:{port}", file=sys.stderr, flush=True)
-        send, receive = trio.open_memory_channel[Any](0)
-        async with trio.open_nursery() as nursery:
-            for sub in subs:
-                nursery.start_soon(_pump, sub, send.clone())
-            seen: set[str] = set()
-            printed = 0
-            async for delivery in receive:
-                if delivery.event_id in seen:
-                    continue
-                seen.add(delivery.event_id)
-                print(json.dumps(_printable(delivery.attributes), sort_keys=True), flush=True)
-                printed += 1
-                if count is not None and printed >= count:
-                    nursery.cancel_scope.cancel()
-
-
-async def _pump(sub: Any, send: trio.MemorySendChannel[Any]) -> None:
-    async with send:
-        while True:
-            await send.send(await sub.next_delivery())
+        host, port, name=name, secret=creds.secret, ssl_context=creds.ssl_context,
+        reconnect=reconnect, on_disconnect=disconnected if reconnect else None,
+        on_reconnect=reconnected,
+    ) as c:  # fmt: skip
+        for f in filters:
+            await c.subscribe(f, handler=printer.show)
+        printer.settled()
+        print(
+            f"subscribed to {len(filters)} filter(s) at {host}:{port}", file=sys.stderr, flush=True
+        )
+        with trio.CancelScope() as done:
+            printer.on_done = done.cancel
+            if printer.printed != printer.count:
+                await c.wait_closed()
 
 
 def _printable(attributes: dict[str, Any]) -> dict[str, Any]:
@@ -225,6 +268,12 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("filters", nargs="+", help='filters, e.g. "family = 7 and price < 120.5"')
     p.add_argument("--name", default=f"hop-sub-{os.getpid()}", help="client name (default: unique)")
     p.add_argument("--count", type=positive_int, help="exit after this many events")
+    p.add_argument(
+        "--reconnect",
+        action="store_true",
+        help="when the connection is lost, connect again and renew the filters, for as "
+        "long as it runs (events published meanwhile are missed); says so on stderr",
+    )
     add_client_options(p)
     p.set_defaults(func=cmd_sub)
 

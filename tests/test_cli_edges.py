@@ -4,11 +4,8 @@ input, and `hop net`'s ready line means the network is linked."""
 from __future__ import annotations
 
 import argparse
-import io
 import signal
 import subprocess
-import sys
-from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -17,8 +14,8 @@ import pytest
 
 import client
 import monitor.report
-from broker.cli import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, Layer, build, run
-from broker.local_network import REPO, Network, free_base_port
+from broker.cli import EXIT_BAD_INPUT, EXIT_FAILURE, Layer, build, run
+from broker.local_network import REPO, free_base_port
 from broker.probe import fetch_stats
 from broker.protocol import PROTOCOL_VERSION
 from broker.trace.schema import TRACE_VERSION
@@ -137,83 +134,6 @@ def test_hop_version_names_the_package_protocol_and_trace_schema(
         f"hop {metadata.version('hop-broker')} "
         f"(protocol {PROTOCOL_VERSION}, trace schema {TRACE_VERSION})"
     )
-
-
-@pytest.mark.parametrize(
-    ("args", "said"),
-    [
-        (["-", "a=1"], "give no name=value pairs and no --count"),
-        (["--count", "2", "-"], "give no name=value pairs and no --count"),
-    ],
-)
-def test_hop_pub_takes_pairs_or_standard_input(
-    capsys: pytest.CaptureFixture[str], args: list[str], said: str
-) -> None:
-    assert hop_main(["pub", "127.0.0.1:1", *args]) == EXIT_BAD_INPUT
-    assert said in capsys.readouterr().err
-
-
-@pytest.fixture
-def chain5(tmp_path: Path) -> Iterator[Network]:
-    net = Network.from_file("chain5", tmp_path)  # brokers 1 (root) .. 5 in a line
-    try:
-        yield net.start()
-    finally:
-        net.stop()
-
-
-def _pub_lines(net: Network, lines: str, monkeypatch: pytest.MonkeyPatch) -> int:
-    """`hop pub ROOT -` in this process, reading ``lines``."""
-    host, port = net.address(1)
-    monkeypatch.setattr(sys, "stdin", io.StringIO(lines))
-    return hop_main(["pub", f"{host}:{port}", "-"])
-
-
-@pytest.mark.integration
-def test_hop_pub_from_standard_input_publishes_each_json_line_in_order(
-    chain5: Network, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """What `hop sub` prints (a JSON object per line) is what `hop pub HOST:PORT -` reads."""
-    lines = '{"family": 7, "n": 1}\n\n{"family": 8, "n": 2}\n{"family": 7, "n": 3, "tag": "x"}\n'
-    with client.Client.connect(*chain5.address(5), name="sub") as c:
-        sub = c.subscribe("family = 7")
-        assert _pub_lines(chain5, lines, monkeypatch) == EXIT_OK
-        got = [sub.next(timeout=10) for _ in range(2)]
-        with pytest.raises(TimeoutError):
-            sub.next(timeout=0.3)
-    assert got == [{"family": 7, "n": 1}, {"family": 7, "n": 3, "tag": "x"}]
-    assert "published 3 event(s)" in capsys.readouterr().err
-
-
-@pytest.mark.integration
-@pytest.mark.parametrize(
-    ("bad", "said"),
-    [
-        ("[1, 2]", "expected a JSON object of attributes"),
-        ('{"n": ', "Expecting value"),
-        ('{"n": [3]}', "unsupported type list"),
-        ('{"n": 100000000000000000000}', "does not fit in 64 bits"),
-    ],
-)
-def test_hop_pub_from_standard_input_stops_at_a_bad_line_naming_it(
-    chain5: Network,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    bad: str,
-    said: str,
-) -> None:
-    """The events before the bad line are published (and flushed), none after it."""
-    with client.Client.connect(*chain5.address(5), name="sub") as c:
-        sub = c.subscribe("n >= 0")
-        lines = f'{{"n": 1}}\n{{"n": 2}}\n{bad}\n{{"n": 4}}\n'
-        assert _pub_lines(chain5, lines, monkeypatch) == EXIT_BAD_INPUT
-        got = [sub.next(timeout=10)["n"] for _ in range(2)]
-        with pytest.raises(TimeoutError):
-            sub.next(timeout=0.3)
-    assert got == [1, 2]
-    err = capsys.readouterr().err
-    assert "line 3: " in err and said in err, err
-    assert "(the 2 event(s) before it were published)" in err, err
 
 
 def _children_first(tmp_path: Path, routing: str) -> tuple[Path, int]:

@@ -1,0 +1,185 @@
+"""The client commands as a user meets them: `hop pub` from standard input, and `hop
+sub` printing each event once however many filters it matched, reconnecting if asked.
+Real brokers on 127.0.0.1 (chain5), stopped by PID."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import client
+from broker.cli import EXIT_BAD_INPUT, EXIT_OK
+from broker.local_network import Network
+from client.cli import EventPrinter
+from hop.cli import main as hop_main
+from hop.command import HOP, REPO, stop
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["-", "a=1"], "give no name=value pairs and no --count"),
+        (["--count", "2", "-"], "give no name=value pairs and no --count"),
+    ],
+)
+def test_hop_pub_takes_pairs_or_standard_input(
+    capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    assert hop_main(["pub", "127.0.0.1:1", *args]) == EXIT_BAD_INPUT
+    assert said in capsys.readouterr().err
+
+
+@pytest.fixture
+def chain5(tmp_path: Path) -> Iterator[Network]:
+    net = Network.from_file("chain5", tmp_path)  # brokers 1 (root) .. 5 in a line
+    try:
+        yield net.start()
+    finally:
+        net.stop()
+
+
+def _pub_lines(net: Network, lines: str, monkeypatch: pytest.MonkeyPatch) -> int:
+    """`hop pub ROOT -` in this process, reading ``lines``."""
+    host, port = net.address(1)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(lines))
+    return hop_main(["pub", f"{host}:{port}", "-"])
+
+
+@pytest.mark.integration
+def test_hop_pub_from_standard_input_publishes_each_json_line_in_order(
+    chain5: Network, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What `hop sub` prints (a JSON object per line) is what `hop pub HOST:PORT -` reads."""
+    lines = '{"family": 7, "n": 1}\n\n{"family": 8, "n": 2}\n{"family": 7, "n": 3, "tag": "x"}\n'
+    with client.Client.connect(*chain5.address(5), name="sub") as c:
+        sub = c.subscribe("family = 7")
+        assert _pub_lines(chain5, lines, monkeypatch) == EXIT_OK
+        got = [sub.next(timeout=10) for _ in range(2)]
+        with pytest.raises(TimeoutError):
+            sub.next(timeout=0.3)
+    assert got == [{"family": 7, "n": 1}, {"family": 7, "n": 3, "tag": "x"}]
+    assert "published 3 event(s)" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [
+        ("[1, 2]", "expected a JSON object of attributes"),
+        ('{"n": ', "Expecting value"),
+        ('{"n": [3]}', "unsupported type list"),
+        ('{"n": 100000000000000000000}', "does not fit in 64 bits"),
+    ],
+)
+def test_hop_pub_from_standard_input_stops_at_a_bad_line_naming_it(
+    chain5: Network,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    bad: str,
+    said: str,
+) -> None:
+    """The events before the bad line are published (and flushed), none after it."""
+    with client.Client.connect(*chain5.address(5), name="sub") as c:
+        sub = c.subscribe("n >= 0")
+        lines = f'{{"n": 1}}\n{{"n": 2}}\n{bad}\n{{"n": 4}}\n'
+        assert _pub_lines(chain5, lines, monkeypatch) == EXIT_BAD_INPUT
+        got = [sub.next(timeout=10)["n"] for _ in range(2)]
+        with pytest.raises(TimeoutError):
+            sub.next(timeout=0.3)
+    assert got == [1, 2]
+    err = capsys.readouterr().err
+    assert "line 3: " in err and said in err, err
+    assert "(the 2 event(s) before it were published)" in err, err
+
+
+# -- hop sub --------------------------------------------------------------------------------
+
+
+def _delivery(event_id: str, n: int) -> client.Delivery:
+    return client.Delivery(event_id, "pub", {"n": n}, (1,), ("1",), 0, 0)
+
+
+def test_hop_sub_prints_an_event_once_whichever_filters_matched() -> None:
+    out = io.StringIO()
+    printer = EventPrinter(None, out)
+    x, y = _delivery("p:1", 1), _delivery("p:2", 2)
+    # While subscribing: a later subscription hands over what came before its
+    # acknowledgement, after other events.
+    for delivery in (x, y, x):
+        printer.show(delivery)
+    printer.settled()
+    # Then: each Delivery reaches the handlers of the filters it matched in a row.
+    z = _delivery("p:3", 3)
+    for delivery in (z, z, z, _delivery("p:4", 4)):
+        printer.show(delivery)
+    assert [json.loads(line)["n"] for line in out.getvalue().splitlines()] == [1, 2, 3, 4]
+    assert printer._seen is None  # nothing kept per event once subscribed
+
+
+def test_hop_sub_stops_printing_at_its_count() -> None:
+    out = io.StringIO()
+    printer = EventPrinter(2, out)
+    done: list[bool] = []
+    printer.on_done = lambda: done.append(True)
+    printer.settled()
+    for n in range(4):
+        printer.show(_delivery(f"p:{n}", n))
+    assert len(out.getvalue().splitlines()) == 2 and done == [True]
+
+
+@pytest.mark.integration
+def test_hop_sub_reconnect_renews_its_filters_after_its_broker_restarts(
+    chain5: Network,
+) -> None:
+    """Without --reconnect a lost broker ends `hop sub` (exit 1, saying why); with it,
+    `hop sub` says so, connects again once the broker is back, and prints what is
+    published after."""
+    leaf = "{}:{}".format(*chain5.address(5))
+    sub = subprocess.Popen(
+        [*HOP, "sub", leaf, "n >= 0", "--reconnect", "--count", "1"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert sub.stderr is not None
+        assert sub.stderr.readline().startswith("subscribed to 1 filter(s)")
+        chain5.kill(5)
+        assert sub.stderr.readline().startswith("hop sub: connection lost: ")
+        chain5.restart(5)
+        chain5.wait_linked(brokers=[5])
+        assert sub.stderr.readline().startswith("hop sub: reconnected, 1 filter(s) renewed")
+        with client.Client.connect(*chain5.address(1), name="pub") as pub:
+            deadline = time.monotonic() + 20
+            while sub.poll() is None and time.monotonic() < deadline:
+                pub.publish({"n": 7})  # until the renewed filter has reached the root
+                pub.flush()
+                time.sleep(0.2)
+        out, _ = sub.communicate(timeout=10)
+    finally:
+        stop(sub)
+    assert sub.returncode == 0
+    assert [json.loads(line) for line in out.splitlines()] == [{"n": 7}]
+
+
+@pytest.mark.integration
+def test_hop_sub_without_reconnect_ends_when_its_broker_goes(chain5: Network) -> None:
+    leaf = "{}:{}".format(*chain5.address(5))
+    sub = subprocess.Popen(
+        [*HOP, "sub", leaf, "n >= 0"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert sub.stderr is not None
+        assert sub.stderr.readline().startswith("subscribed to 1 filter(s)")
+        chain5.kill(5)
+        _, err = sub.communicate(timeout=20)
+    finally:
+        stop(sub)
+    assert sub.returncode == 1
+    assert "hop sub: the broker closed the connection" in err
