@@ -103,7 +103,7 @@ from client.events import (
     publish_frames,
 )
 from client.shared_queue import SharedOutQueue
-from client.socket_reader import SocketReader
+from client.socket_reader import ReadFailed, SocketReader
 from routing import Filter, parse_filter, validate_event
 
 __all__ = [
@@ -881,15 +881,22 @@ class AsyncClient:
     async def _read_loop(self) -> None:
         try:
             if self._reader is None:  # TLS
-                while data := await self._stream.receive_some(_RECEIVE_SIZE):
+                while data := await self._receive_some():
                     self._received(data)
             else:
                 await self._reader.run()
             self._lose(ConnectionLost("the broker closed the connection"))
         except ProtocolError as exc:
             await self._report_violation(exc)
+        except ReadFailed as exc:  # (what a handler raises, OSErrors too, is its own)
+            self._lose(lost(f"reading from the broker failed: {exc.error!r}", exc.error))
+
+    async def _receive_some(self) -> bytes | bytearray:
+        """A read of a stream without a socket of its own (TLS); ReadFailed if it fails."""
+        try:
+            return await self._stream.receive_some(_RECEIVE_SIZE)
         except _IO_ERRORS as exc:
-            self._lose(lost(f"reading from the broker failed: {exc!r}", exc))
+            raise ReadFailed(exc) from exc
 
     def _socket_reader(self, stream: trio.abc.Stream) -> SocketReader | None:
         """The reading side of ``stream``'s socket (None for TLS and in-memory streams,

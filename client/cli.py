@@ -102,10 +102,15 @@ def cmd_sub(args: argparse.Namespace) -> int:
     host, port = address(args.address)
     creds = credentials(args)
     printer = EventPrinter(args.count)
-    with contextlib.suppress(KeyboardInterrupt):
-        trio.run(
-            _subscribe_and_print, host, port, args.name, filters, printer, creds, args.reconnect
-        )
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            trio.run(
+                _subscribe_and_print, host, port, args.name, filters, printer, creds, args.reconnect
+            )
+    except BrokenPipeError:
+        # The reader of the output is gone (`hop sub ... | head`): the end, as for any
+        # filter; stdout goes to /dev/null so that Python's flush at exit does not fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_OK
 
 
@@ -142,7 +147,7 @@ class EventPrinter:
             self._seen.add(delivery.event_id)
         self._last = delivery
         line = json.dumps(_printable(delivery.attributes), sort_keys=True)
-        print(line, file=self._out or sys.stdout, flush=True)
+        print(line, file=self._out, flush=True)  # (None: sys.stdout as it is now)
         self.printed += 1
         if self.printed == self.count and self.on_done is not None:
             self.on_done()

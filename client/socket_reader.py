@@ -24,6 +24,17 @@ import trio
 from broker.protocol import ProtocolError
 
 
+class ReadFailed(Exception):
+    """Reading the socket failed with ``error`` (its OSError, or trio's for a socket
+    closed meanwhile): the connection's end. Told apart from what acting on the data
+    raises, so that an OSError of the client's user (a handler writing to a closed
+    pipe) is not taken for the connection's."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 class SocketReader:
     """The reading side of one connection's socket ``fd``: ``received`` acts on each
     chunk read (and raises ProtocolError on a violation)."""
@@ -36,7 +47,7 @@ class SocketReader:
         self._wait: trio.CancelScope | None = None  # the reader task's wait for data
         self._aside: trio.lowlevel.Task | None = None  # the reader task, standing aside
         self._eof = False  # a consumer read the end of data
-        self._failure: OSError | ProtocolError | None = None  # what a consumer's read met
+        self._failure: ReadFailed | ProtocolError | None = None  # what a consumer's read met
 
     @property
     def available(self) -> bool:
@@ -45,9 +56,9 @@ class SocketReader:
         return not self._lent and not self._eof and self._failure is None
 
     async def run(self) -> None:
-        """The reader task: read until the end of data (return) or a failure (raise the
-        OSError of the read or the ProtocolError of ``received``), standing aside
-        while a consumer reads."""
+        """The reader task: read until the end of data (return) or a failure (raise
+        ReadFailed for the read's, the ProtocolError or anything else ``received``
+        raises as it is), standing aside while a consumer reads."""
         read, fd, size, received = os.read, self.fd, self._size, self._received
         await trio.lowlevel.checkpoint_if_cancelled()
         while True:
@@ -63,6 +74,8 @@ class SocketReader:
             except BlockingIOError:  # (also when woken without data)
                 await self._wait_readable()
                 continue
+            except OSError as exc:
+                raise ReadFailed(exc) from exc
             if not data:
                 return
             received(data)
@@ -97,7 +110,10 @@ class SocketReader:
         """Wait for data, in a cancel scope a consumer cancels to take the socket
         (trio takes the task off the socket at once, so the consumer can wait on it)."""
         with trio.CancelScope() as self._wait:
-            await trio.lowlevel.wait_readable(self.fd)
+            try:
+                await trio.lowlevel.wait_readable(self.fd)
+            except (OSError, trio.ClosedResourceError) as exc:
+                raise ReadFailed(exc) from exc
         self._wait = None
 
     async def read_until(self, arrived: Sized, usable: Callable[[], bool]) -> None:
@@ -119,11 +135,14 @@ class SocketReader:
                     data = read(fd, size)
                 except BlockingIOError:
                     continue
+                except OSError as exc:
+                    self._failure = ReadFailed(exc)
+                    return
                 if not data:
                     self._eof = True
                     return
                 received(data)
-        except (OSError, ProtocolError) as exc:
+        except ProtocolError as exc:
             self._failure = exc
         finally:
             self._give_back()

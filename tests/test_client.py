@@ -979,6 +979,26 @@ async def test_a_handlers_exception_ends_the_client_and_leaves_the_block(
         await other.next()
 
 
+@pytest.mark.trio
+@pytest.mark.parametrize("reconnect", [False, True])
+async def test_a_handlers_oserror_is_its_own_not_a_lost_connection(
+    broker: FakeBroker, reconnect: bool
+) -> None:
+    """A handler writing to a closed pipe raises BrokenPipeError, an OSError as a failed
+    read of the socket is: it leaves the block as raised all the same, and a
+    reconnecting client does not take it for a lost connection."""
+
+    def handler(delivery: client.Delivery) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with trio.fail_after(10), pytest.raises(BrokenPipeError):
+        async with connect(broker, reconnect=reconnect) as c:
+            await c.subscribe("family = 7", handler=handler)
+            await c.publish({"family": 7})
+            await trio.sleep_forever()  # cancelled by the I/O task's failure
+    assert broker.kinds().count(Hello) == 1  # no second connection
+
+
 # --- blocking client ------------------------------------------------------------------
 
 

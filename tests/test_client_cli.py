@@ -183,3 +183,33 @@ def test_hop_sub_without_reconnect_ends_when_its_broker_goes(chain5: Network) ->
         stop(sub)
     assert sub.returncode == 1
     assert "hop sub: the broker closed the connection" in err
+
+
+@pytest.mark.integration
+def test_hop_sub_ends_quietly_when_the_reader_of_its_output_goes(chain5: Network) -> None:
+    """`hop sub ... | head -2`: once the pipe's reader is gone, hop sub ends with exit 0
+    and no traceback (a handler's BrokenPipeError, not a lost connection)."""
+    leaf = "{}:{}".format(*chain5.address(5))
+    sub = subprocess.Popen(
+        [*HOP, "sub", leaf, "n >= 0"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert sub.stdout is not None and sub.stderr is not None
+        assert sub.stderr.readline().startswith("subscribed to 1 filter(s)")
+        with client.Client.connect(*chain5.address(1), name="pub") as pub:
+            for n in range(2):
+                pub.publish({"n": n})
+            assert [json.loads(sub.stdout.readline()) for _ in range(2)] == [{"n": 0}, {"n": 1}]
+            sub.stdout.close()  # as head does after its lines
+            deadline = time.monotonic() + 20
+            while sub.poll() is None and time.monotonic() < deadline:
+                pub.publish({"n": 2})
+                pub.flush()
+                time.sleep(0.1)
+        err = sub.stderr.read()
+        sub.wait(timeout=10)
+    finally:
+        stop(sub)
+    assert sub.returncode == 0, err
+    assert err == "", err
