@@ -176,7 +176,7 @@ async def _subscribe_and_print(
     async with client.open_client(
         host, port, name=name, secret=creds.secret, ssl_context=creds.ssl_context,
         reconnect=reconnect, on_disconnect=disconnected if reconnect else None,
-        on_reconnect=reconnected,
+        on_reconnect=reconnected if reconnect else None,
     ) as c:  # fmt: skip
         for f in filters:
             await c.subscribe(f, handler=printer.show)

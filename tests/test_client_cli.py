@@ -134,32 +134,45 @@ def test_hop_sub_stops_printing_at_its_count() -> None:
     assert len(out.getvalue().splitlines()) == 2 and done == [True]
 
 
+def _hop_sub(net: Network, *options: str) -> subprocess.Popen[str]:
+    """`hop sub` of every event at the chain's leaf, started and subscribed."""
+    leaf = "{}:{}".format(*net.address(5))
+    sub = subprocess.Popen(
+        [*HOP, "sub", leaf, "n >= 0", *options],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert sub.stderr is not None
+    if not sub.stderr.readline().startswith("subscribed to 1 filter(s)"):
+        stop(sub)
+        pytest.fail("hop sub did not subscribe")
+    return sub
+
+
+def _publish_until_it_ends(sub: subprocess.Popen[str], pub: client.Client, n: int) -> None:
+    """Publish {"n": n} at the root until ``sub`` exits (at most 20 s)."""
+    deadline = time.monotonic() + 20
+    while sub.poll() is None and time.monotonic() < deadline:
+        pub.publish({"n": n})
+        pub.flush()
+        time.sleep(0.1)
+
+
 @pytest.mark.integration
 def test_hop_sub_reconnect_renews_its_filters_after_its_broker_restarts(
     chain5: Network,
 ) -> None:
-    """Without --reconnect a lost broker ends `hop sub` (exit 1, saying why); with it,
-    `hop sub` says so, connects again once the broker is back, and prints what is
-    published after."""
-    leaf = "{}:{}".format(*chain5.address(5))
-    sub = subprocess.Popen(
-        [*HOP, "sub", leaf, "n >= 0", "--reconnect", "--count", "1"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    """With --reconnect, `hop sub` says the connection was lost, connects again once the
+    broker is back, says so, and prints what is published after."""
+    sub = _hop_sub(chain5, "--reconnect", "--count", "1")
     try:
         assert sub.stderr is not None
-        assert sub.stderr.readline().startswith("subscribed to 1 filter(s)")
         chain5.kill(5)
         assert sub.stderr.readline().startswith("hop sub: connection lost: ")
         chain5.restart(5)
         chain5.wait_linked(brokers=[5])
         assert sub.stderr.readline().startswith("hop sub: reconnected, 1 filter(s) renewed")
         with client.Client.connect(*chain5.address(1), name="pub") as pub:
-            deadline = time.monotonic() + 20
-            while sub.poll() is None and time.monotonic() < deadline:
-                pub.publish({"n": 7})  # until the renewed filter has reached the root
-                pub.flush()
-                time.sleep(0.2)
+            _publish_until_it_ends(sub, pub, 7)  # (until the renewed filter reached the root)
         out, _ = sub.communicate(timeout=10)
     finally:
         stop(sub)
@@ -169,14 +182,8 @@ def test_hop_sub_reconnect_renews_its_filters_after_its_broker_restarts(
 
 @pytest.mark.integration
 def test_hop_sub_without_reconnect_ends_when_its_broker_goes(chain5: Network) -> None:
-    leaf = "{}:{}".format(*chain5.address(5))
-    sub = subprocess.Popen(
-        [*HOP, "sub", leaf, "n >= 0"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    sub = _hop_sub(chain5)
     try:
-        assert sub.stderr is not None
-        assert sub.stderr.readline().startswith("subscribed to 1 filter(s)")
         chain5.kill(5)
         _, err = sub.communicate(timeout=20)
     finally:
@@ -189,24 +196,15 @@ def test_hop_sub_without_reconnect_ends_when_its_broker_goes(chain5: Network) ->
 def test_hop_sub_ends_quietly_when_the_reader_of_its_output_goes(chain5: Network) -> None:
     """`hop sub ... | head -2`: once the pipe's reader is gone, hop sub ends with exit 0
     and no traceback (a handler's BrokenPipeError, not a lost connection)."""
-    leaf = "{}:{}".format(*chain5.address(5))
-    sub = subprocess.Popen(
-        [*HOP, "sub", leaf, "n >= 0"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    sub = _hop_sub(chain5)
     try:
         assert sub.stdout is not None and sub.stderr is not None
-        assert sub.stderr.readline().startswith("subscribed to 1 filter(s)")
         with client.Client.connect(*chain5.address(1), name="pub") as pub:
             for n in range(2):
                 pub.publish({"n": n})
             assert [json.loads(sub.stdout.readline()) for _ in range(2)] == [{"n": 0}, {"n": 1}]
             sub.stdout.close()  # as head does after its lines
-            deadline = time.monotonic() + 20
-            while sub.poll() is None and time.monotonic() < deadline:
-                pub.publish({"n": 2})
-                pub.flush()
-                time.sleep(0.1)
+            _publish_until_it_ends(sub, pub, 2)
         err = sub.stderr.read()
         sub.wait(timeout=10)
     finally:
