@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from importlib import metadata
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import broker.cli
 import client.cli
 import monitor.cli
 from broker.protocol import PROTOCOL_VERSION
-from broker.trace.schema import TRACE_VERSION
 
 LAYERS = (broker.cli.LAYER, client.cli.LAYER, monitor.cli.LAYER)
 DISTRIBUTION = "hop-broker"
@@ -26,6 +26,12 @@ def version_text() -> str:
     """What ``hop --version`` prints: the package's version, and the versions of the
     wire protocol and of the trace files, which must agree across a network's hosts
     (brokers refuse a peer of another protocol; analysis, traces of another schema)."""
+    # Imported here: the package metadata and the trace schema (pyarrow) are this
+    # option's only use of them, and every other command starts faster without.
+    from importlib import metadata
+
+    from broker.trace.schema import TRACE_VERSION
+
     try:
         package = metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:  # run from a checkout that is not installed
@@ -33,11 +39,22 @@ def version_text() -> str:
     return f"hop {package} (protocol {PROTOCOL_VERSION}, trace schema {TRACE_VERSION})"
 
 
+class VersionAction(argparse.Action):
+    """``--version``: print `version_text()` and exit, working it out only then."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the versions and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> NoReturn:
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = broker.cli.build(
         "hop", "a content-based event broker network that measures itself", LAYERS
     )
-    parser.add_argument("--version", action="version", version=version_text())
+    parser.add_argument("--version", action=VersionAction)
     return parser
 
 

@@ -15,9 +15,8 @@ from typing import Any
 
 from broker.cli import EXIT_FAILURE, EXIT_OK, FILE_HELP, BadInput, Layer
 from broker.process import StartupError, unwind_on_sigterm
-from monitor.errors import InputError
+from monitor.errors import InputError, ReplayError
 from monitor.hostload import OTHER_CPU_LIMIT_CORES
-from monitor.replay import ReplayError
 from monitor.validate import CALIBRATION_FRACTIONS, DISTURBED_RETRIES, QUICK, TREND
 from routing import FilterSyntaxError
 from topologies import TopologyError, study_path

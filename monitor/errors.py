@@ -1,6 +1,8 @@
-"""The monitor layer's errors that mean "the input is wrong": a run folder, a workload
-file or an option's value the user can correct (`hop` exits 2 and names it). Any other
-exception from this layer is a failure or a bug, never blamed on the user's input."""
+"""The monitor layer's errors, in a module of their own so that the command line knows
+them without loading the commands: `InputError`, the input is wrong (a run folder, a
+workload file or an option's value the user can correct: `hop` exits 2 and names it);
+`ReplayError`, a replay could not run (exit 1). Any other exception from this layer is
+a failure or a bug, never blamed on the user's input."""
 
 from __future__ import annotations
 
@@ -9,6 +11,10 @@ import math
 
 class InputError(ValueError):
     """Input the user can correct; the message names the file, folder or option."""
+
+
+class ReplayError(RuntimeError):
+    """The replay could not run (bad RUN_DIR, brokers that did not start, ...)."""
 
 
 def check_number(value: float, what: str, *, positive: bool = False) -> float:

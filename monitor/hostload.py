@@ -23,14 +23,13 @@ other hosts are not, nor is the load there.
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 OTHER_CPU_LIMIT_CORES = 0.2
 """Cores that processes outside the run may use on average in a judged phase before the
@@ -135,14 +134,13 @@ def phase_cores(samples: list[Sample], start_ns: int, end_ns: int) -> dict[str, 
     when the phase is empty or outside the samples."""
     if len(samples) < 2 or end_ns <= start_ns:
         return None
-    t = np.array([s.t_ns for s in samples], dtype=float)
+    t = [s.t_ns for s in samples]
     if start_ns < t[0] or end_ns > t[-1]:
         return None
     seconds = (end_ns - start_ns) / 1e9
 
     def used(values: list[float]) -> float:
-        at = np.interp([start_ns, end_ns], t, values)
-        return float(at[1] - at[0]) / seconds
+        return (_at(t, values, end_ns) - _at(t, values, start_ns)) / seconds
 
     host = used([s.host_busy_s for s in samples])
     run = used([s.run_s for s in samples])
@@ -153,6 +151,16 @@ def phase_cores(samples: list[Sample], start_ns: int, end_ns: int) -> dict[str, 
         "other_cores": round(max(host - run, 0.0), 3),
         "steal_cores": round(used([s.steal_s for s in samples]), 3),
     }
+
+
+def _at(t: list[int], values: list[float], x: int) -> float:
+    """`values` (a counter sampled at the increasing times `t`) at `x`, interpolated
+    linearly; `x` within [t[0], t[-1]]."""
+    i = bisect.bisect_left(t, x)
+    if t[i] == x:
+        return values[i]
+    share = (x - t[i - 1]) / (t[i] - t[i - 1])
+    return values[i - 1] + (values[i] - values[i - 1]) * share
 
 
 def host_load(

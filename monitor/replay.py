@@ -37,7 +37,7 @@ from broker.security import ClientCredentials
 from broker.trace.schema import TRACE_VERSION
 from monitor.coordinate import ClientProcessError, Coordinator, Schedule
 from monitor.driver import Plan
-from monitor.errors import InputError, check_number
+from monitor.errors import InputError, ReplayError, check_number
 from monitor.hostload import HostLoad, phase_bounds
 from monitor.placement import ClientProcess, client_processes
 from monitor.traces import read_table
@@ -54,10 +54,6 @@ from topologies.model import Workload
 ATTACHED_FLUSH_S = 2.5
 """How long a replay waits, after the drain, before copying the traces of brokers it
 attached to (they keep running, so their files are never closed)."""
-
-
-class ReplayError(RuntimeError):
-    """The replay could not run (bad RUN_DIR, brokers that did not start, ...)."""
 
 
 @dataclass

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import monitor.analysis
 import monitor.predict
@@ -20,7 +22,7 @@ import monitor.replay
 import monitor.report
 import monitor.spark
 from monitor.errors import InputError
-from monitor.hostload import OTHER_CPU_LIMIT_CORES, Sample, host_load
+from monitor.hostload import OTHER_CPU_LIMIT_CORES, Sample, host_load, phase_cores
 from monitor.repeats import (
     bootstrap_median_interval,
     measured_summary,
@@ -364,6 +366,44 @@ def test_host_load_from_samples_and_the_disturbed_mark() -> None:
     # Not judged (an attached run): recorded, no mark.
     samples = [Sample(0, 0.0, 0.0), Sample(10**9, 1.0, 0.0)]
     assert host_load(samples, {"measure": (0, 10**9)}, judge=False)["disturbed"] is None
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 10**9), st.floats(0, 2), st.floats(0, 1), st.floats(0, 0.1)),
+        min_size=2,
+        max_size=8,
+    ),
+    st.floats(0, 1),
+    st.floats(0, 1),
+)
+def test_a_phase_reads_the_counters_by_linear_interpolation(
+    steps: list[tuple[int, float, float, float]], a: float, b: float
+) -> None:
+    """Between samples at any times, as numpy's `interp` reads them."""
+    t, host, run, steal = [10**12], [0.0], [0.0], [0.0]
+    for gap, host_step, run_step, steal_step in steps:
+        t.append(t[-1] + gap)
+        host.append(host[-1] + host_step)
+        run.append(run[-1] + min(run_step, host_step))
+        steal.append(steal[-1] + min(steal_step, host_step))
+    samples = [Sample(*sample) for sample in zip(t, host, run, steal, strict=True)]
+    span = t[-1] - t[0]
+    start = t[0] + int((span - 1) * min(a, b))
+    end = max(t[0] + int(span * max(a, b)), start + 1)
+    cores = phase_cores(samples, start, end)
+    assert cores is not None
+    seconds = (end - start) / 1e9
+
+    def expected(values: list[float]) -> float:
+        at = np.interp([start, end], t, values)
+        return float(at[1] - at[0]) / seconds
+
+    assert cores["host_cores"] == pytest.approx(round(expected(host), 3), abs=2e-3, rel=1e-6)
+    assert cores["run_cores"] == pytest.approx(round(expected(run), 3), abs=2e-3, rel=1e-6)
+    assert cores["steal_cores"] == pytest.approx(round(expected(steal), 3), abs=2e-3, rel=1e-6)
+    assert phase_cores(samples, t[0] - 1, end) is None
+    assert phase_cores(samples, start, start) is None
 
 
 def test_report_names_the_disturbed_replays() -> None:

@@ -41,6 +41,20 @@ def test_a_broker_process_loads_neither_the_client_library_nor_the_monitor() -> 
     assert loaded == "[]"
 
 
+def test_the_command_line_loads_what_a_command_needs_only_when_it_runs() -> None:
+    """`hop pub`, `hop sub` and `hop --help` start without numpy, Arrow, pandas, Spark,
+    the replay or the package metadata (a third of `hop`'s start-up when they loaded);
+    `--version` reads the trace schema when asked."""
+    heavy = "('numpy', 'pandas', 'pyarrow', 'pyspark', 'monitor.replay', 'importlib.metadata')"
+    loaded = _run(
+        "import sys, hop.cli\n"
+        "hop.cli.build_parser().parse_args(['pub', '127.0.0.1:1', 'x=1'])\n"
+        f"print(sorted(m for m in {heavy} if m in sys.modules))"
+    )
+    assert loaded == "[]"
+    assert _run("import hop.cli\nhop.cli.main(['--version'])").startswith("hop ")
+
+
 def test_the_trace_writer_writes_without_pandas(tmp_path: Path) -> None:
     """pyarrow would import pandas (when installed) at its first conversion."""
     path = tmp_path / "hops-broker1-1.arrow"
