@@ -6,6 +6,7 @@ connection as one Deliver tagged with every subscription of that connection that
 matches. Async tests run it in the test's trio loop; blocking tests in a thread.
 """
 
+import errno
 import queue
 import socket
 import threading
@@ -40,7 +41,7 @@ from broker.protocol import (
     Welcome,
     encode_frame,
 )
-from client.aio import OUTGOING_FRAMES
+from client.aio import OUTGOING_FRAMES, _connect_error
 from client.shared_queue import SharedOutQueue
 from routing import Filter, FilterSyntaxError, parse_filter
 
@@ -639,6 +640,44 @@ async def test_connect_timeout(broker: FakeBroker) -> None:
         async with connect(broker, timeout=0.2):
             pytest.fail("connected")
     assert trio.current_time() - start >= 0.2
+
+
+@pytest.mark.trio
+async def test_a_port_nobody_listens_on_is_named_with_the_reason() -> None:
+    """trio's own message is "all attempts to connect ... failed"; the client's says
+    which broker and why, and keeps the error's class for callers that catch it."""
+    with socket.socket() as bound:  # bound, not listening: connections are refused
+        bound.bind(("127.0.0.1", 0))
+        port = bound.getsockname()[1]
+        with pytest.raises(ConnectionRefusedError) as info:
+            async with client.open_client("127.0.0.1", port, name="t"):
+                pytest.fail("connected")
+    assert str(info.value) == (
+        f"cannot connect to the broker at 127.0.0.1:{port}: connection refused "
+        "(is a hop broker listening there?)"
+    )
+    assert info.value.errno == errno.ECONNREFUSED
+
+
+def test_a_connect_error_says_every_distinct_reason_once() -> None:
+    """The causes trio groups (one per address of the name) become one message; an
+    unknown host name says so (built here: a test resolves no name)."""
+    refused = [ConnectionRefusedError(errno.ECONNREFUSED, "x") for _ in range(2)]
+    mixed = [ConnectionRefusedError(errno.ECONNREFUSED, "x"), OSError(errno.ENETUNREACH, "y")]
+    for causes, kind, why in [
+        (refused, ConnectionRefusedError, "connection refused (is a hop broker listening"),
+        (mixed, OSError, "connection refused (is a hop broker listening there?), network"),
+    ]:
+        trio_error = OSError("all attempts to connect to h:1 failed")
+        trio_error.__cause__ = ExceptionGroup("all attempts", causes)
+        error = _connect_error("h", 1, trio_error)
+        assert type(error) is kind and error.errno == errno.ECONNREFUSED
+        assert str(error).startswith(f"cannot connect to the broker at h:1: {why}")
+    unknown = _connect_error("nowhere", 1, socket.gaierror(socket.EAI_NONAME, "Name unknown"))
+    assert isinstance(unknown, socket.gaierror)
+    assert str(unknown) == (
+        "cannot connect to the broker at nowhere:1: its host name cannot be resolved (Name unknown)"
+    )
 
 
 @pytest.mark.trio
