@@ -1,4 +1,5 @@
-"""Socket reads with one pass of trio's scheduler less, for the broker and the client.
+"""Socket I/O the broker and the client share: reads with one pass of trio's scheduler
+less, and what a failed connection says.
 
 trio checkpoints after every receive, so a task woken by data yields once more before
 it can handle that data: on the way of every event at low load, in every broker hop
@@ -13,6 +14,7 @@ chain wakeup` measures both (docs/performance.md).
 from __future__ import annotations
 
 import os
+import socket
 
 import trio
 
@@ -42,3 +44,30 @@ async def receive_some(
         if not waited:
             await trio.lowlevel.cancel_shielded_checkpoint()
         return data
+
+
+def connect_error(what: str, error: OSError) -> OSError:
+    """What to raise, or log, for ``error`` from connecting to ``what`` ("the broker at
+    HOST:PORT"): a message saying why (trio's says only "all attempts to connect ...
+    failed", with a cause per address tried in a group), of the causes' class when
+    they share one (ConnectionRefusedError, socket.gaierror), with their errno."""
+    group = error.__cause__
+    causes = [
+        cause
+        for cause in (group.exceptions if isinstance(group, BaseExceptionGroup) else ())
+        if isinstance(cause, OSError)
+    ] or [error]
+    reasons = ", ".join(dict.fromkeys(connect_failure(cause) for cause in causes))
+    kind = type(causes[0]) if len({type(cause) for cause in causes}) == 1 else OSError
+    found = kind(f"cannot connect to {what}: {reasons}")
+    found.errno = causes[0].errno
+    return found
+
+
+def connect_failure(error: OSError) -> str:
+    """Why one connection attempt failed, in words."""
+    if isinstance(error, socket.gaierror):
+        return f"its host name cannot be resolved ({error.strerror})"
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused (is a hop broker listening there?)"
+    return os.strerror(error.errno).lower() if error.errno else str(error)

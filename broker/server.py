@@ -69,7 +69,8 @@ from typing import Any
 import structlog
 import trio
 
-from broker.netio import receive_some, socket_fd
+from broker.netio import connect_error, receive_some, socket_fd
+from broker.outage import Outage
 from broker.outgoing import Outgoing, OutQueue
 from broker.protocol import (
     DEFAULT_MAX_FRAME,
@@ -132,6 +133,7 @@ class BrokerConfig:
     batch_frames: int = 512
     reconnect_initial_s: float = 0.05
     reconnect_max_s: float = 2.0
+    parent_warn_after_s: float = 5.0  # warn of a parent out of reach this long (broker.outage)
     trace_dir: Path | None = None  # record a `hops` row per event (broker.trace.schema)
     run_id: str = ""
     limits: Limits = field(default_factory=Limits)  # on what clients send
@@ -301,10 +303,21 @@ class Broker:
         assert parent is not None and self.parent_link_id is not None
         host, port = self.topology.address(parent)
         delay = self.config.reconnect_initial_s
+        outage = Outage(self.config.parent_warn_after_s)
         while not self._draining:
             try:
                 stream = await self._open_parent_stream(host, port)
-            except OSError:
+            except OSError as exc:
+                now = time.monotonic()
+                why = str(connect_error(f"broker {parent} at {host}:{port}", exc))
+                if outage.failed(now, why):
+                    self._log.warning(
+                        "parent_unreachable",
+                        parent=parent,
+                        error=why,
+                        attempts=outage.attempts,
+                        for_s=round(outage.lasted(now), 1),
+                    )
                 await trio.sleep(delay * random.uniform(0.5, 1.5))
                 delay = min(delay * 2, self.config.reconnect_max_s)
                 continue
@@ -326,7 +339,11 @@ class Broker:
                 delay = min(delay * 2, self.config.reconnect_max_s)
                 continue
             delay = self.config.reconnect_initial_s
-            self._log.info("parent_connected", parent=parent)
+            unreachable_s = outage.ended(time.monotonic())
+            if unreachable_s is None:
+                self._log.info("parent_connected", parent=parent)
+            else:
+                self._log.info("parent_connected", parent=parent, after_s=round(unreachable_s, 1))
             await self._run_link(self.parent_link_id, "broker", str(parent), stream, conn, leftover)
             self._log.warning("parent_lost", parent=parent)
 

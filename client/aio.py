@@ -46,9 +46,7 @@ import contextlib
 import inspect
 import itertools
 import math
-import os
 import random
-import socket
 import ssl
 import time
 from collections import deque
@@ -61,7 +59,7 @@ from typing import Any, cast
 
 import trio
 
-from broker.netio import socket_fd
+from broker.netio import connect_error, socket_fd
 from broker.outgoing import Outgoing
 from broker.protocol import (
     PROTOCOL_VERSION,
@@ -1047,31 +1045,6 @@ class AsyncClient:
             sub._close(error)
 
 
-def _connect_error(host: str, port: int, error: OSError) -> OSError:
-    """What to raise for ``error`` from connecting to the broker at ``host``:``port``: a
-    message saying why (trio's says only "all attempts to connect ... failed", its
-    causes in a group), of the causes' class when they share one, with their errno."""
-    group = error.__cause__
-    causes = [
-        cause
-        for cause in (group.exceptions if isinstance(group, BaseExceptionGroup) else ())
-        if isinstance(cause, OSError)
-    ] or [error]
-    reasons = ", ".join(dict.fromkeys(_connect_failure(cause) for cause in causes))
-    kind = type(causes[0]) if len({type(cause) for cause in causes}) == 1 else OSError
-    found = kind(f"cannot connect to the broker at {host}:{port}: {reasons}")
-    found.errno = causes[0].errno
-    return found
-
-
-def _connect_failure(error: OSError) -> str:
-    if isinstance(error, socket.gaierror):
-        return f"its host name cannot be resolved ({error.strerror})"
-    if isinstance(error, ConnectionRefusedError):
-        return "connection refused (is a hop broker listening there?)"
-    return os.strerror(error.errno).lower() if error.errno else str(error)
-
-
 def _sole_exception(group: BaseExceptionGroup) -> BaseException | None:
     """The one exception in ``group`` (through nested single-exception groups), if any."""
     error: BaseException = group
@@ -1088,7 +1061,7 @@ async def _open_stream(host: str, port: int, ssl_context: ssl.SSLContext | None)
     try:
         stream = await trio.open_tcp_stream(host, port)
     except OSError as exc:
-        raise _connect_error(host, port, exc) from exc
+        raise connect_error(f"the broker at {host}:{port}", exc) from exc
     if ssl_context is None:
         return stream
     return trio.SSLStream(stream, ssl_context, server_hostname=host)

@@ -19,6 +19,7 @@ import pytest
 import trio
 
 import client
+from broker.netio import connect_error
 from broker.protocol import (
     PROTOCOL_VERSION,
     Bye,
@@ -41,7 +42,7 @@ from broker.protocol import (
     Welcome,
     encode_frame,
 )
-from client.aio import OUTGOING_FRAMES, _connect_error
+from client.aio import OUTGOING_FRAMES
 from client.shared_queue import SharedOutQueue
 from routing import Filter, FilterSyntaxError, parse_filter
 
@@ -670,10 +671,12 @@ def test_a_connect_error_says_every_distinct_reason_once() -> None:
     ]:
         trio_error = OSError("all attempts to connect to h:1 failed")
         trio_error.__cause__ = ExceptionGroup("all attempts", causes)
-        error = _connect_error("h", 1, trio_error)
+        error = connect_error("the broker at h:1", trio_error)
         assert type(error) is kind and error.errno == errno.ECONNREFUSED
         assert str(error).startswith(f"cannot connect to the broker at h:1: {why}")
-    unknown = _connect_error("nowhere", 1, socket.gaierror(socket.EAI_NONAME, "Name unknown"))
+    unknown = connect_error(
+        "the broker at nowhere:1", socket.gaierror(socket.EAI_NONAME, "Name unknown")
+    )
     assert isinstance(unknown, socket.gaierror)
     assert str(unknown) == (
         "cannot connect to the broker at nowhere:1: its host name cannot be resolved (Name unknown)"

@@ -1,0 +1,76 @@
+"""A child broker whose parent cannot be reached says so, after the start-up race's
+grace, with the address and the reason, and says how long it lasted once connected
+(broker.outage); the rules themselves are tested without sockets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+import trio
+
+from broker.local_network import free_base_port
+from broker.outage import Outage
+from broker.protocol import PROTOCOL_VERSION, Connection, Welcome
+from broker.server import Broker, BrokerConfig
+from topologies.generators import chain
+
+
+def test_a_short_outage_is_not_warned_of() -> None:
+    outage = Outage(warn_after_s=5.0, repeat_s=60.0)
+    assert not any(outage.failed(t, "refused") for t in (0.0, 0.1, 0.3, 0.7, 1.5, 4.9))
+    assert outage.attempts == 6 and outage.lasted(4.9) == 4.9
+    assert outage.ended(5.2) is None  # connected: nothing to report
+    assert outage.attempts == 0 and outage.lasted(6.0) == 0.0
+
+
+def test_a_long_outage_is_warned_of_then_each_repeat_or_new_reason() -> None:
+    outage = Outage(warn_after_s=5.0, repeat_s=60.0)
+    times = [10.0 + 2 * i for i in range(40)]  # a failure every 2 s from t = 10 s
+    warned = [t for t in times if outage.failed(t, "refused")]
+    assert warned == [16.0, 76.0]  # 5 s after the first failure, then 60 s later
+    assert outage.failed(90.0, "network is unreachable")  # a new reason: at once
+    assert not outage.failed(92.0, "network is unreachable")
+    assert outage.ended(93.0) == 83.0
+    # A new outage starts afresh: its own grace.
+    assert not outage.failed(200.0, "refused") and outage.failed(205.0, "refused")
+
+
+async def _child_with_its_parent_down(logs: list[dict[str, Any]]) -> None:
+    topology = chain(2, name="outage", base_port=free_base_port(2))
+    host, port = topology.address(1)
+    child = Broker(topology, 2, BrokerConfig(parent_warn_after_s=0.3, reconnect_max_s=0.1))
+
+    def logged(event: str) -> list[dict[str, Any]]:
+        return [entry for entry in logs if entry["event"] == event]
+
+    async def parent(stream: trio.SocketStream) -> None:
+        conn = Connection("acceptor")
+        while not conn.receive_data(await stream.receive_some(65536)):
+            pass
+        await stream.send_all(conn.send(Welcome(PROTOCOL_VERSION, "1")))
+        await trio.sleep_forever()
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(child.serve)
+            while not logged("parent_unreachable"):
+                await trio.sleep(0.02)
+            (warning,) = logged("parent_unreachable")
+            assert warning["log_level"] == "warning" and warning["parent"] == 1
+            assert warning["error"] == (
+                f"cannot connect to broker 1 at {host}:{port}: connection refused "
+                "(is a hop broker listening there?)"
+            )
+            assert warning["for_s"] >= 0.3 and warning["attempts"] >= 2
+            listeners = await trio.open_tcp_listeners(port, host=host)
+            nursery.start_soon(trio.serve_listeners, parent, listeners)
+            while not logged("parent_connected"):
+                await trio.sleep(0.02)
+            assert logged("parent_connected")[0]["after_s"] >= warning["for_s"]
+            nursery.cancel_scope.cancel()
+
+
+def test_a_child_names_its_unreachable_parent_and_the_reason() -> None:
+    with structlog.testing.capture_logs() as logs:
+        trio.run(_child_with_its_parent_down, logs)
