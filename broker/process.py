@@ -222,8 +222,10 @@ class BrokerProcesses:
                 if proc is not None and proc.poll() is not None:
                     raise StartupError(f"broker {broker_id} exited with code {proc.returncode}")
                 if time.monotonic() > deadline:
+                    problem = stats.get("parent_problem") if not parent_ok else None
                     raise StartupError(
-                        f"broker {broker_id} did not link to its parent and children in {timeout} s"
+                        f"broker {broker_id} did not link to its parent and children in "
+                        f"{timeout} s" + (f" ({problem})" if problem else "")
                     )
                 time.sleep(0.05)
 

@@ -225,6 +225,7 @@ class Broker:
         self._frames = RoutedFrames(self.name, self.config.max_frame)  # what it routes
         parent = self.spec.parent
         self.parent_link_id = None if parent is None else f"broker:{parent}"
+        self.parent_outage = Outage(self.config.parent_warn_after_s)  # while out of reach
         self.router = Router(topology.routing, parent=self.parent_link_id)
         self.children = set(topology.children(broker_id))
         self.links: dict[Hashable, Link] = {}  # by link id, the router's key
@@ -303,7 +304,7 @@ class Broker:
         assert parent is not None and self.parent_link_id is not None
         host, port = self.topology.address(parent)
         delay = self.config.reconnect_initial_s
-        outage = Outage(self.config.parent_warn_after_s)
+        outage = self.parent_outage
         while not self._draining:
             try:
                 stream = await self._open_parent_stream(host, port)
@@ -333,7 +334,9 @@ class Broker:
                 if not isinstance(welcome, Welcome):
                     raise ProtocolError("unexpected", f"parent answered {welcome!r}")
             except (OSError, trio.BrokenResourceError, trio.TooSlowError, ProtocolError) as exc:
-                self._log.warning("parent_handshake_failed", parent=parent, error=_failure(exc))
+                why = _failure(exc)
+                self._log.warning("parent_handshake_failed", parent=parent, error=why)
+                outage.failed(time.monotonic(), f"handshake with broker {parent} failed: {why}")
                 await trio.aclose_forcefully(stream)  # TLS: aclose would retry the handshake
                 await trio.sleep(delay * random.uniform(0.5, 1.5))
                 delay = min(delay * 2, self.config.reconnect_max_s)
@@ -827,6 +830,7 @@ class Broker:
                 "queue_depth": link.queue.queued,
             }
         router = self.router.stats()
+        parent_connected = self.parent_link_id in self.links
         return {
             "broker": self.name,
             "topology": self.topology.name,
@@ -838,7 +842,10 @@ class Broker:
             "time_ns": time.time_ns(),  # the broker's wall clock (replay's clock offsets)
             "routing": router["strategy"],
             "parent": "" if self.spec.parent is None else str(self.spec.parent),
-            "parent_connected": int(self.parent_link_id in self.links),
+            "parent_connected": int(parent_connected),
+            # Why the parent is not connected, and for how long ("" and 0 when it is).
+            "parent_problem": "" if parent_connected else self.parent_outage.reason,
+            "parent_unreachable_s": round(self.parent_outage.lasted(time.monotonic()), 1),
             "children_connected": sum(
                 1 for link_id in self.links if link_id in {f"broker:{c}" for c in self.children}
             ),

@@ -1,18 +1,23 @@
 """A child broker whose parent cannot be reached says so, after the start-up race's
 grace, with the address and the reason, and says how long it lasted once connected
-(broker.outage); the rules themselves are tested without sockets."""
+(broker.outage); its stats say why meanwhile, and so does a network that waits for
+its links; the rules themselves are tested without sockets."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 import structlog
 import trio
 
-from broker.local_network import free_base_port
+from broker.local_network import REPO, free_base_port, on_free_ports
 from broker.outage import Outage
+from broker.process import BrokerProcesses, StartupError
 from broker.protocol import PROTOCOL_VERSION, Connection, Welcome
 from broker.server import Broker, BrokerConfig
+from topologies import load_case_study
 from topologies.generators import chain
 
 
@@ -63,14 +68,43 @@ async def _child_with_its_parent_down(logs: list[dict[str, Any]]) -> None:
                 "(is a hop broker listening there?)"
             )
             assert warning["for_s"] >= 0.3 and warning["attempts"] >= 2
+            stats = child.stats()  # what `hop stats` answers meanwhile
+            assert stats["parent_connected"] == 0 and stats["parent_problem"] == warning["error"]
+            assert stats["parent_unreachable_s"] >= warning["for_s"]
             listeners = await trio.open_tcp_listeners(port, host=host)
             nursery.start_soon(trio.serve_listeners, parent, listeners)
             while not logged("parent_connected"):
                 await trio.sleep(0.02)
             assert logged("parent_connected")[0]["after_s"] >= warning["for_s"]
+            stats = child.stats()
+            assert (stats["parent_connected"], stats["parent_problem"]) == (1, "")
+            assert stats["parent_unreachable_s"] == 0
             nursery.cancel_scope.cancel()
 
 
 def test_a_child_names_its_unreachable_parent_and_the_reason() -> None:
     with structlog.testing.capture_logs() as logs:
         trio.run(_child_with_its_parent_down, logs)
+
+
+@pytest.mark.integration
+def test_waiting_for_the_links_names_why_a_parent_is_out_of_reach(tmp_path: Path) -> None:
+    study = on_free_ports(REPO / "topologies" / "chain5.toml", tmp_path / "chain.toml")
+    topology = load_case_study(study).topology
+    brokers = BrokerProcesses(study, topology, [])
+    try:
+        brokers.start(log_dir=tmp_path / "logs")
+        brokers.wait_listening()
+        brokers.wait_linked()
+        root = brokers.procs[1]
+        root.kill()
+        root.wait()
+        host, port = topology.address(1)
+        with pytest.raises(StartupError) as info:
+            brokers.wait_linked(timeout=2.0, brokers=[2])
+        assert str(info.value) == (
+            "broker 2 did not link to its parent and children in 2.0 s (cannot connect to "
+            f"broker 1 at {host}:{port}: connection refused (is a hop broker listening there?))"
+        )
+    finally:
+        brokers.stop()
