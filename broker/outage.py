@@ -6,9 +6,11 @@ when their hosts do). A refusal in the first seconds is that race, not a fault, 
 not worth a warning; a parent still out of reach after `warn_after_s` is (a wrong
 address in the topology, a firewall, a parent that is down), and the operator of a
 broker started by hand would otherwise see nothing. So: the first warning comes once
-an outage has lasted `warn_after_s`, the next ones every `repeat_s` while it lasts or
-at once when the reason changes, and the reconnection after a warned outage is logged
-with its length. Sans-I/O: the broker feeds it the times and reasons.
+an outage has lasted `warn_after_s` (at once for a parent that refuses the handshake:
+a wrong secret, another protocol), the next ones every `repeat_s` while it lasts or at
+once when the reason changes, rather than at every attempt, and the reconnection
+after a warned outage is logged with its length. Sans-I/O: the broker feeds it the
+times and reasons.
 """
 
 from __future__ import annotations
@@ -27,14 +29,16 @@ class Outage:
     warned: float | None = None  # the last warning's time in this outage
     reason: str = ""
 
-    def failed(self, now: float, reason: str) -> bool:
-        """Note a failed attempt at ``now``; True when it is to be warned of."""
+    def failed(self, now: float, reason: str, at_once: bool = False) -> bool:
+        """Note a failed attempt at ``now``; True when it is to be warned of. A failure
+        that is no start-up race (``at_once``: a refused handshake) is warned of
+        without the grace, and then as any other."""
         if self.started is None:
             self.started, self.attempts, self.warned = now, 0, None
         self.attempts += 1
         changed, self.reason = reason != self.reason, reason
         if self.warned is None:
-            due = now - self.started >= self.warn_after_s
+            due = at_once or now - self.started >= self.warn_after_s
         else:
             due = changed or now - self.warned >= self.repeat_s
         if due:

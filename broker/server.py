@@ -331,12 +331,21 @@ class Broker:
                     hello = Hello(PROTOCOL_VERSION, "broker", self.name, secret)
                     await stream.send_all(conn.send(hello))
                     welcome, leftover = await _read_one(stream, conn)
+                if isinstance(welcome, Error):
+                    raise ProtocolError(welcome.code, f"the parent refused it: {welcome.message}")
                 if not isinstance(welcome, Welcome):
                     raise ProtocolError("unexpected", f"parent answered {welcome!r}")
             except (OSError, trio.BrokenResourceError, trio.TooSlowError, ProtocolError) as exc:
-                why = _failure(exc)
-                self._log.warning("parent_handshake_failed", parent=parent, error=why)
-                outage.failed(time.monotonic(), f"handshake with broker {parent} failed: {why}")
+                why = f"the handshake with broker {parent} at {host}:{port} failed: {_failure(exc)}"
+                now = time.monotonic()
+                if outage.failed(now, why, at_once=True):
+                    self._log.warning(
+                        "parent_handshake_failed",
+                        parent=parent,
+                        error=why,
+                        attempts=outage.attempts,
+                        for_s=round(outage.lasted(now), 1),
+                    )
                 await trio.aclose_forcefully(stream)  # TLS: aclose would retry the handshake
                 await trio.sleep(delay * random.uniform(0.5, 1.5))
                 delay = min(delay * 2, self.config.reconnect_max_s)

@@ -15,7 +15,7 @@ import trio
 from broker.local_network import REPO, free_base_port, on_free_ports
 from broker.outage import Outage
 from broker.process import BrokerProcesses, StartupError
-from broker.protocol import PROTOCOL_VERSION, Connection, Welcome
+from broker.protocol import PROTOCOL_VERSION, Connection, Error, Welcome
 from broker.server import Broker, BrokerConfig
 from topologies import load_case_study
 from topologies.generators import chain
@@ -39,6 +39,51 @@ def test_a_long_outage_is_warned_of_then_each_repeat_or_new_reason() -> None:
     assert outage.ended(93.0) == 83.0
     # A new outage starts afresh: its own grace.
     assert not outage.failed(200.0, "refused") and outage.failed(205.0, "refused")
+
+
+def test_a_refused_handshake_is_warned_of_at_once_then_as_the_rest() -> None:
+    outage = Outage(warn_after_s=5.0, repeat_s=60.0)
+    assert outage.failed(0.0, "auth", at_once=True)
+    assert not any(outage.failed(t, "auth", at_once=True) for t in (1.0, 3.0, 30.0))
+    assert outage.failed(61.0, "auth", at_once=True)
+
+
+async def _child_refused_by_its_parent(logs: list[dict[str, Any]]) -> int:
+    topology = chain(2, name="refused", base_port=free_base_port(2))
+    host, port = topology.address(1)
+    child = Broker(topology, 2, BrokerConfig(reconnect_initial_s=0.01, reconnect_max_s=0.02))
+    refusals = 0
+
+    async def refusing_parent(stream: trio.SocketStream) -> None:
+        nonlocal refusals
+        conn = Connection("acceptor")
+        while not conn.receive_data(await stream.receive_some(65536)):
+            pass
+        await stream.send_all(conn.send(Error("auth", "authentication failed")))
+        refusals += 1
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            listeners = await trio.open_tcp_listeners(port, host=host)
+            nursery.start_soon(trio.serve_listeners, refusing_parent, listeners)
+            await nursery.start(child.serve)
+            while refusals < 10:
+                await trio.sleep(0.01)
+            assert child.stats()["parent_problem"].startswith(
+                f"the handshake with broker 1 at {host}:{port} failed: "
+            )
+            nursery.cancel_scope.cancel()
+    return refusals
+
+
+def test_a_parent_refusing_every_handshake_is_warned_of_once_not_at_each_attempt() -> None:
+    with structlog.testing.capture_logs() as logs:
+        refusals = trio.run(_child_refused_by_its_parent, logs)
+    warnings = [entry for entry in logs if entry["event"] == "parent_handshake_failed"]
+    assert refusals >= 10 and len(warnings) == 1, warnings
+    refused = "failed: auth: the parent refused it: authentication failed"
+    assert warnings[0]["error"].endswith(refused)
+    assert warnings[0]["attempts"] == 1
 
 
 async def _child_with_its_parent_down(logs: list[dict[str, Any]]) -> None:
