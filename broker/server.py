@@ -304,21 +304,12 @@ class Broker:
         assert parent is not None and self.parent_link_id is not None
         host, port = self.topology.address(parent)
         delay = self.config.reconnect_initial_s
-        outage = self.parent_outage
         while not self._draining:
             try:
                 stream = await self._open_parent_stream(host, port)
             except OSError as exc:
-                now = time.monotonic()
                 why = str(connect_error(f"broker {parent} at {host}:{port}", exc))
-                if outage.failed(now, why):
-                    self._log.warning(
-                        "parent_unreachable",
-                        parent=parent,
-                        error=why,
-                        attempts=outage.attempts,
-                        for_s=round(outage.lasted(now), 1),
-                    )
+                self._parent_failed("parent_unreachable", why)
                 await trio.sleep(delay * random.uniform(0.5, 1.5))
                 delay = min(delay * 2, self.config.reconnect_max_s)
                 continue
@@ -337,27 +328,32 @@ class Broker:
                     raise ProtocolError("unexpected", f"parent answered {welcome!r}")
             except (OSError, trio.BrokenResourceError, trio.TooSlowError, ProtocolError) as exc:
                 why = f"the handshake with broker {parent} at {host}:{port} failed: {_failure(exc)}"
-                now = time.monotonic()
-                if outage.failed(now, why, at_once=True):
-                    self._log.warning(
-                        "parent_handshake_failed",
-                        parent=parent,
-                        error=why,
-                        attempts=outage.attempts,
-                        for_s=round(outage.lasted(now), 1),
-                    )
+                self._parent_failed("parent_handshake_failed", why, at_once=True)
                 await trio.aclose_forcefully(stream)  # TLS: aclose would retry the handshake
                 await trio.sleep(delay * random.uniform(0.5, 1.5))
                 delay = min(delay * 2, self.config.reconnect_max_s)
                 continue
             delay = self.config.reconnect_initial_s
-            unreachable_s = outage.ended(time.monotonic())
+            unreachable_s = self.parent_outage.ended(time.monotonic())
             if unreachable_s is None:
                 self._log.info("parent_connected", parent=parent)
             else:
                 self._log.info("parent_connected", parent=parent, after_s=round(unreachable_s, 1))
             await self._run_link(self.parent_link_id, "broker", str(parent), stream, conn, leftover)
             self._log.warning("parent_lost", parent=parent)
+
+    def _parent_failed(self, event: str, why: str, at_once: bool = False) -> None:
+        """Note a failed attempt to link to the parent; warn as `broker.outage` says."""
+        now = time.monotonic()
+        outage = self.parent_outage
+        if outage.failed(now, why, at_once):
+            self._log.warning(
+                event,
+                parent=self.spec.parent,
+                error=why,
+                attempts=outage.attempts,
+                for_s=round(outage.lasted(now), 1),
+            )
 
     async def _open_parent_stream(self, host: str, port: int) -> trio.abc.Stream:
         """A TCP stream to the parent, in TLS if configured (the TLS handshake happens
