@@ -77,17 +77,27 @@ def run(parser: argparse.ArgumentParser, layers: Sequence[Layer], argv: list[str
     failures: Errors = tuple(e for layer in layers for e in layer.failures)
     try:
         return int(args.func(args))
-    except bad_input as exc:
-        print(f"{parser.prog} {args.command}: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except failures as exc:
-        print(f"{parser.prog} {args.command}: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    except Exception:
+    except Exception as exc:
+        error = sole_exception(exc)
+        if isinstance(error, bad_input):
+            print(f"{parser.prog} {args.command}: {error}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if isinstance(error, failures):
+            print(f"{parser.prog} {args.command}: {error}", file=sys.stderr)
+            return EXIT_FAILURE
         traceback.print_exc()
         problem = "internal error (a bug, not your input)"
         print(f"{parser.prog} {args.command}: {problem}", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def sole_exception(error: BaseException) -> BaseException:
+    """The one exception inside ``error``'s nested single-exception groups (trio's
+    nurseries wrap what a task raises in one), else ``error`` itself."""
+    inner = error
+    while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
+        inner = inner.exceptions[0]
+    return error if isinstance(inner, BaseExceptionGroup) else inner
 
 
 def load_study(text: str) -> CaseStudy:

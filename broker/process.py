@@ -49,19 +49,25 @@ def run_broker(
     # becomes garbage; freezing it keeps every full collection from walking it again.
     gc.freeze()
 
+    problems: list[str] = []  # why it could not listen: raised once trio has returned,
+    # as raised inside the nursery it would come out wrapped in an exception group
+
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 try:
                     await nursery.start(broker.serve)
                 except OSError as exc:
-                    raise StartupError(_listen_problem(topology, broker_id, exc)) from None
+                    problems.append(_listen_problem(topology, broker_id, exc))
+                    return
                 async for _ in signals:
                     await broker.drain(broker.config.drain_timeout_s)
                     nursery.cancel_scope.cancel()
                     break
 
     trio.run(main)
+    if problems:
+        raise StartupError(problems[0])
 
 
 def _sigterm_at_eof() -> None:

@@ -41,6 +41,14 @@ def _layer(error: BaseException) -> Layer:
         (ConnectionRefusedError("no broker at 127.0.0.1:1"), EXIT_FAILURE, "no broker"),
         (ValueError("math domain error"), EXIT_FAILURE, "internal error"),
         (KeyError("pub3"), EXIT_FAILURE, "internal error"),
+        # As a trio nursery raises what one of its tasks raised:
+        (ExceptionGroup("nursery", [InputError("bad file")]), EXIT_BAD_INPUT, "hop fail: bad"),
+        (
+            ExceptionGroup("outer", [ExceptionGroup("inner", [ConnectionRefusedError("gone")])]),
+            EXIT_FAILURE,
+            "hop fail: gone",
+        ),
+        (ExceptionGroup("two", [InputError("a"), KeyError("b")]), EXIT_FAILURE, "internal error"),
     ],
 )
 def test_only_the_users_input_exits_2(
@@ -52,6 +60,8 @@ def test_only_the_users_input_exits_2(
     assert said in err
     if said == "internal error":  # a bug shows where it is
         assert "Traceback" in err and type(error).__name__ in err
+    else:
+        assert "Traceback" not in err
 
 
 def test_a_bug_in_a_real_command_is_not_blamed_on_the_input(
