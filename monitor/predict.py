@@ -264,7 +264,13 @@ def predict(
     check_number(rate_scale, "rate scale", positive=True)
     char = characterize(run_dir)
     target = target_workload(char, study_file, scenario, rate_scale, measured_rates)
-    summary: dict[str, Any] = {"target_rates": target.rates, "methods": {}}
+    # same_as_run: the target is the run's own load, so the run's measurement is what
+    # the predictions are compared with (`hop report` compares them only then).
+    summary: dict[str, Any] = {
+        "target_rates": target.rates,
+        "same_as_run": target.same_as_run,
+        "methods": {},
+    }
     if other_runs:
         runs = [char, *(characterize(run) for run in other_runs)]
         prepared = carried(runs, sum(target.rates.values()), trend)

@@ -694,8 +694,9 @@ def render(run_dir: Path) -> tuple[Path, Path, str]:
     layout = Layout.of(run_dir)
     measured = Run.load(layout.measurements[0])
     predictions = [_predictions(path) for path in layout.calibrations]
+    elsewhere = other_load(layout)
     comparison = None
-    if all(p is not None for p in predictions):
+    if all(p is not None for p in predictions) and elsewhere is None:
         comparison = compare(
             [p for p in predictions if p is not None],
             [measurement_of(path) for path in layout.measurements],
@@ -708,8 +709,13 @@ def render(run_dir: Path) -> tuple[Path, Path, str]:
     load = HostLoadSummary.of(
         [(path.name, _manifest(path)) for _, path in layout.labelled()], layout.set_aside
     )
-    sentence = summary_sentence(comparison, scenario, load)
-    sections = build_sections(measured, comparison, simulated, load)
+    if elsewhere is None:
+        sentence = summary_sentence(comparison, scenario, load)
+        sections = build_sections(measured, comparison, simulated, load)
+    else:  # neither errors nor a simulation beside a measurement of another load
+        sentence = other_load_sentence(*elsewhere)
+        sections = build_sections(measured, None, None, load)
+        sections.insert(1, predictions_section(predictions[0], elsewhere[0]))
     header = header_rows(measured, runs)
     title = (
         f"hop validation report: {measured.manifest['case_study']['name']} ({scenario or 'base'})"
@@ -742,6 +748,59 @@ def render(run_dir: Path) -> tuple[Path, Path, str]:
     html_path.write_text(page)
     md_path.write_text("\n".join(md) + "\n")
     return html_path, md_path, sentence
+
+
+def other_load(layout: Layout) -> tuple[float, float] | None:
+    """(events/s predicted for, events/s the run was measured at) when a single run's
+    predictions are for another load than its own (`hop predict RUN --scenario double`,
+    say); None when they are for its load, or there are none. `hop predict` records
+    which (``same_as_run``; for a summary written before it did, the nominal rates are
+    compared). A `hop validate` folder's calibration predicts its measurement's load by
+    construction (from the rates the calibration reached, so not exactly the nominal
+    ones: `monitor.validate`)."""
+    for calibration, measurement in zip(layout.calibrations, layout.measurements, strict=True):
+        path = calibration / "analysis" / "predictions_summary.json"
+        if calibration != measurement or not path.exists():
+            continue
+        summary = json.loads(path.read_text())
+        target = sum(summary["target_rates"].values())
+        rate = float(_manifest(measurement)["total_rate"])
+        same = summary.get("same_as_run")
+        if same is None:
+            same = abs(target - rate) <= 1e-6 * max(rate, 1.0)
+        if not same:
+            return target, rate
+    return None
+
+
+def other_load_sentence(target: float, rate: float) -> str:
+    return (
+        f"Predictions for {target:.1f} events/s beside a run measured at {rate:.1f} events/s: "
+        "a prediction at another load, shown without errors, as no measurement at that load "
+        "is here to compare it with (hop validate measures the load it predicts)."
+    )
+
+
+def predictions_section(predictions: pd.DataFrame | None, target: float) -> Section:
+    """The predicted throughput per broker and latency per pair, for a target load
+    that was not measured."""
+    rows = []
+    if predictions is not None:
+        shown = predictions[predictions["method"].isin(["mm1", "sim"])]
+        for kind, metric, name in (
+            ("broker", "throughput", "throughput (events/s)"),
+            ("pair", "latency_ms", "mean latency (ms)"),
+        ):
+            picked = shown[(shown["kind"] == kind) & (shown["metric"] == metric)]
+            table = picked.pivot(index="entity", columns="method", values="predicted")
+            for entity, values in table.iterrows():
+                rows.append({"kind": kind, "entity": entity, "predicted": name, **values})
+    return Section(
+        f"Predictions at {target:.1f} events/s",
+        "Predicted throughput per broker and mean delivery latency per publisher and "
+        "subscriber pair, by the thesis' method (mm1) and the simulation (sim).",
+        table=pd.DataFrame(rows),
+    )
 
 
 def _predictions(run_dir: Path) -> pd.DataFrame | None:

@@ -29,7 +29,7 @@ from monitor.repeats import (
     predicted_summary,
     spread_percent,
 )
-from monitor.report import HostLoadSummary, compare, summary_sentence
+from monitor.report import HostLoadSummary, Layout, compare, other_load, summary_sentence
 from monitor.validate import QUICK, Step, phase_lengths, run_replays, schedule, validate
 from topologies import Workload
 
@@ -404,6 +404,36 @@ def test_a_phase_reads_the_counters_by_linear_interpolation(
     assert cores["steal_cores"] == pytest.approx(round(expected(steal), 3), abs=2e-3, rel=1e-6)
     assert phase_cores(samples, t[0] - 1, end) is None
     assert phase_cores(samples, start, start) is None
+
+
+def _run_folder(path: Path, rate: float, target: float | None, same: bool | None) -> Path:
+    """A run folder with what `other_load` reads: the manifest's nominal total rate and,
+    unless `target` is None, a predictions summary for `target` events/s."""
+    (path / "analysis").mkdir(parents=True)
+    (path / "manifest.json").write_text(json.dumps({"total_rate": rate}))
+    if target is not None:
+        summary: dict[str, Any] = {"target_rates": {"pub1": target / 4, "pub2": target * 3 / 4}}
+        if same is not None:
+            summary["same_as_run"] = same
+        (path / "analysis" / "predictions_summary.json").write_text(json.dumps(summary))
+    return path
+
+
+def test_predictions_are_compared_only_with_a_measurement_of_their_load(tmp_path: Path) -> None:
+    def single(name: str, rate: float, target: float | None, same: bool | None) -> Any:
+        run = _run_folder(tmp_path / name, rate, target, same)
+        return other_load(Layout([run], [[]], [run]))
+
+    assert single("own", 45.0, 45.0, True) is None
+    assert single("double", 45.0, 90.0, False) == (90.0, 45.0)
+    assert single("reached", 45.0, 47.3, True) is None  # --measured-rates: its own load
+    assert single("older", 45.0, 90.0, None) == (90.0, 45.0)  # a summary without the flag
+    assert single("unpredicted", 45.0, None, None) is None
+    # hop validate: the calibration's predictions are for the measurement's load, from
+    # the rates the calibration reached (so not the nominal ones exactly).
+    calibration = _run_folder(tmp_path / "v" / "calibration", 13.5, 47.5, False)
+    measurement = _run_folder(tmp_path / "v" / "measurement", 45.0, None, None)
+    assert other_load(Layout([calibration], [[]], [measurement])) is None
 
 
 def test_report_names_the_disturbed_replays() -> None:

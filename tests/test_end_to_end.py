@@ -199,6 +199,15 @@ def test_hop_predict_follows_the_scenario_and_rate_scale(specjms_run: Path, tmp_
     assert base5 == pytest.approx(exact, rel=1e-9)
     # the HQ's broker: 8.8555 events/s per BASE (the file's header, from its rates)
     assert base1["1"] == pytest.approx(8.8555, rel=0.1)
+    # The last prediction (half the load) is not compared with the run's measurement.
+    rate = json.loads((run / "manifest.json").read_text())["total_rate"]
+    reported = _ok(hop("report", str(run), timeout=120)).stdout
+    assert reported.startswith(
+        f"Predictions for {rate / 2:.1f} events/s beside a run measured at {rate:.1f} events/s"
+    )
+    text = (run / "report.md").read_text()
+    assert f"## Predictions at {rate / 2:.1f} events/s" in text
+    assert "Table 6.1 form" not in text and "_err_%" not in text
 
 
 # -- hop sub and hop pub through a hop net ---------------------------------------------
