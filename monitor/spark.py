@@ -27,9 +27,14 @@ DRIVER_MEMORY = "3g"  # local mode: the driver JVM also runs the tasks
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 # Error-level logs to stderr from the JVM's start on (`setLogLevel` comes too late to
-# hide the start-up warnings).
+# hide the start-up warnings). PySpark's JVM counts as an interactive shell, whose
+# level Spark takes from the logger of its entry point, the Python gateway (WARN unless
+# configured, announced on stderr with "Setting default log level"): configured here,
+# at the root's level.
 _LOG4J2 = """\
 rootLogger.level = error
+logger.repl.name = org.apache.spark.api.python.PythonGatewayServer
+logger.repl.level = error
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console

@@ -263,6 +263,7 @@ def test_hop_analyze_on_a_standalone_master_matches_local_mode(
 ) -> None:
     run = _copy_run(specjms_run, tmp_path / "run")
     result = _ok(hop("analyze", str(run), "--master", standalone_cluster, timeout=300))
+    assert "log level" not in result.stderr, result.stderr[-3000:]
     summary = json.loads(result.stdout)
     assert summary["spark_master"] == standalone_cluster
     local = json.loads((specjms_run / "analysis" / "summary.json").read_text())

@@ -211,5 +211,7 @@ def test_the_installed_hop_runs_the_pipeline_from_outside_the_checkout(
     for step in steps:
         done = _run(step, work, timeout=600)
         assert done.returncode == 0, f"{' '.join(step[1:])}: {done.stderr[-3000:]}"
+        # Spark's start-up chatter stays out of a user's terminal (monitor.spark).
+        assert "log level" not in done.stderr, done.stderr[-3000:]
     assert (work / "run" / "report.html").stat().st_size > 0
     assert (work / "run" / "analysis" / "predictions.parquet").exists()
