@@ -793,6 +793,8 @@ def predictions_section(predictions: pd.DataFrame | None, target: float) -> Sect
         ):
             picked = shown[(shown["kind"] == kind) & (shown["metric"] == metric)]
             table = picked.pivot(index="entity", columns="method", values="predicted")
+            if kind == "broker":  # 1, 2, ..., 10, not 1, 10, 2
+                table = table.sort_index(key=lambda ids: ids.astype(int))
             for entity, values in table.iterrows():
                 rows.append({"kind": kind, "entity": entity, "predicted": name, **values})
     return Section(

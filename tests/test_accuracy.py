@@ -29,7 +29,14 @@ from monitor.repeats import (
     predicted_summary,
     spread_percent,
 )
-from monitor.report import HostLoadSummary, Layout, compare, other_load, summary_sentence
+from monitor.report import (
+    HostLoadSummary,
+    Layout,
+    compare,
+    other_load,
+    predictions_section,
+    summary_sentence,
+)
 from monitor.validate import QUICK, Step, phase_lengths, run_replays, schedule, validate
 from topologies import Workload
 
@@ -434,6 +441,31 @@ def test_predictions_are_compared_only_with_a_measurement_of_their_load(tmp_path
     calibration = _run_folder(tmp_path / "v" / "calibration", 13.5, 47.5, False)
     measurement = _run_folder(tmp_path / "v" / "measurement", 45.0, None, None)
     assert other_load(Layout([calibration], [[]], [measurement])) is None
+
+
+def test_predictions_at_another_load_are_shown_per_broker_in_order_and_per_pair() -> None:
+    rows = [
+        {"kind": "broker", "entity": str(b), "metric": metric, "method": m, "predicted": b}
+        for b in (10, 2, 1)
+        for m in ("mm1", "sim", "mm1-ps")
+        for metric in ("throughput", "utilization")
+    ]
+    rows += [
+        {
+            "kind": "pair",
+            "entity": "pub1>sub1",
+            "metric": "latency_ms",
+            "method": m,
+            "predicted": 1.5,
+        }
+        for m in ("mm1", "sim")
+    ]
+    section = predictions_section(pd.DataFrame(rows), 90.0)
+    assert section.title == "Predictions at 90.0 events/s"
+    assert section.table is not None
+    assert list(section.table.columns) == ["kind", "entity", "predicted", "mm1", "sim"]
+    assert list(section.table["entity"]) == ["1", "2", "10", "pub1>sub1"]
+    assert list(section.table["sim"]) == [1.0, 2.0, 10.0, 1.5]
 
 
 def test_report_names_the_disturbed_replays() -> None:
