@@ -265,10 +265,17 @@ def predict(
     char = characterize(run_dir)
     target = target_workload(char, study_file, scenario, rate_scale, measured_rates)
     # same_as_run: the target is the run's own load, so the run's measurement is what
-    # the predictions are compared with (`hop report` compares them only then).
+    # the predictions are compared with (`hop report` compares them only then); and
+    # how the target was asked for (`hop report` checks a validation's against it).
     summary: dict[str, Any] = {
         "target_rates": target.rates,
         "same_as_run": target.same_as_run,
+        "target": {
+            "workload": None if study_file is None else str(study_file),
+            "scenario": scenario,
+            "rate_scale": rate_scale,
+            "measured_rates": measured_rates,
+        },
         "methods": {},
     }
     if other_runs:

@@ -751,26 +751,44 @@ def render(run_dir: Path) -> tuple[Path, Path, str]:
 
 
 def other_load(layout: Layout) -> tuple[float, float] | None:
-    """(events/s predicted for, events/s the run was measured at) when a single run's
-    predictions are for another load than its own (`hop predict RUN --scenario double`,
-    say); None when they are for its load, or there are none. `hop predict` records
-    which (``same_as_run``; for a summary written before it did, the nominal rates are
-    compared). A `hop validate` folder's calibration predicts its measurement's load by
-    construction (from the rates the calibration reached, so not exactly the nominal
-    ones: `monitor.validate`)."""
+    """(events/s predicted for, events/s measured at) when a run's predictions are for
+    another load than the measurement they would be compared with; None when they are
+    for its load, or there are none.
+
+    A single run: `hop predict RUN --scenario double`, say. `hop predict` records
+    whether its target is the run's own load (``same_as_run``; for a summary written
+    before it did, the nominal rates are compared). A `hop validate` folder: its
+    calibration predicts the measurement's load from the rates it reached, scaled by
+    the measurement's nominal rate over its own (`monitor.validate`); a target asked
+    for otherwise (`hop predict` run again on the calibration) is another load. Both
+    figures returned are nominal rates, but for a target from reached rates."""
     for calibration, measurement in zip(layout.calibrations, layout.measurements, strict=True):
         path = calibration / "analysis" / "predictions_summary.json"
-        if calibration != measurement or not path.exists():
+        if not path.exists():
             continue
         summary = json.loads(path.read_text())
         target = sum(summary["target_rates"].values())
         rate = float(_manifest(measurement)["total_rate"])
-        same = summary.get("same_as_run")
-        if same is None:
-            same = abs(target - rate) <= 1e-6 * max(rate, 1.0)
+        if calibration == measurement:
+            same = summary.get("same_as_run")
+            if same is None:
+                same = _close(target, rate)
+        else:
+            asked = summary.get("target")  # None: written before it was recorded
+            scale = rate / float(_manifest(calibration)["total_rate"])
+            same = asked is None or (
+                asked["measured_rates"]
+                and asked["workload"] is None
+                and asked["scenario"] is None
+                and _close(asked["rate_scale"], scale)
+            )
         if not same:
             return target, rate
     return None
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-6 * max(abs(b), 1.0)
 
 
 def other_load_sentence(target: float, rate: float) -> str:

@@ -413,15 +413,24 @@ def test_a_phase_reads_the_counters_by_linear_interpolation(
     assert phase_cores(samples, start, start) is None
 
 
-def _run_folder(path: Path, rate: float, target: float | None, same: bool | None) -> Path:
+def _run_folder(
+    path: Path,
+    rate: float,
+    target: float | None,
+    same: bool | None,
+    asked: dict[str, Any] | None = None,
+) -> Path:
     """A run folder with what `other_load` reads: the manifest's nominal total rate and,
-    unless `target` is None, a predictions summary for `target` events/s."""
+    unless `target` is None, a predictions summary for `target` events/s (`same`: its
+    `same_as_run`, `asked`: its `target`, each left out when None)."""
     (path / "analysis").mkdir(parents=True)
     (path / "manifest.json").write_text(json.dumps({"total_rate": rate}))
     if target is not None:
         summary: dict[str, Any] = {"target_rates": {"pub1": target / 4, "pub2": target * 3 / 4}}
         if same is not None:
             summary["same_as_run"] = same
+        if asked is not None:
+            summary["target"] = asked
         (path / "analysis" / "predictions_summary.json").write_text(json.dumps(summary))
     return path
 
@@ -436,11 +445,23 @@ def test_predictions_are_compared_only_with_a_measurement_of_their_load(tmp_path
     assert single("reached", 45.0, 47.3, True) is None  # --measured-rates: its own load
     assert single("older", 45.0, 90.0, None) == (90.0, 45.0)  # a summary without the flag
     assert single("unpredicted", 45.0, None, None) is None
-    # hop validate: the calibration's predictions are for the measurement's load, from
-    # the rates the calibration reached (so not the nominal ones exactly).
-    calibration = _run_folder(tmp_path / "v" / "calibration", 13.5, 47.5, False)
-    measurement = _run_folder(tmp_path / "v" / "measurement", 45.0, None, None)
-    assert other_load(Layout([calibration], [[]], [measurement])) is None
+
+    def validated(name: str, target: float, asked: dict[str, Any] | None) -> Any:
+        """A hop validate folder: the calibration at 0.3 of the measurement's 45/s."""
+        calibration = _run_folder(tmp_path / name / "calibration", 13.5, target, False, asked)
+        measurement = _run_folder(tmp_path / name / "measurement", 45.0, None, None)
+        return other_load(Layout([calibration], [[]], [measurement]))
+
+    # As hop validate predicts: the rates the calibration reached (so not the nominal
+    # ones exactly), scaled by 1/0.3.
+    by_validate = {"workload": None, "scenario": None, "rate_scale": 1 / 0.3}
+    assert validated("v", 47.5, {**by_validate, "measured_rates": True}) is None
+    assert validated("older-v", 47.5, None) is None  # a summary without the record
+    # hop predict run again on the calibration, for another load:
+    double = {**by_validate, "scenario": "double", "rate_scale": 1.0, "measured_rates": False}
+    assert validated("again", 27.0, double) == (27.0, 45.0)
+    scaled = {**by_validate, "rate_scale": 2 / 0.3, "measured_rates": True}
+    assert validated("scaled", 95.0, scaled) == (95.0, 45.0)
 
 
 def test_predictions_at_another_load_are_shown_per_broker_in_order_and_per_pair() -> None:
