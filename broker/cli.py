@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from broker import logs
+from broker.groups import sole_exception
 from broker.limits import Limits
 from broker.process import BrokerProcesses, StartupError, run_broker
 from broker.protocol import DEFAULT_MAX_FRAME
@@ -89,15 +90,6 @@ def run(parser: argparse.ArgumentParser, layers: Sequence[Layer], argv: list[str
         problem = "internal error (a bug, not your input)"
         print(f"{parser.prog} {args.command}: {problem}", file=sys.stderr)
         return EXIT_FAILURE
-
-
-def sole_exception(error: BaseException) -> BaseException:
-    """The one exception inside ``error``'s nested single-exception groups (trio's
-    nurseries wrap what a task raises in one), else ``error`` itself."""
-    inner = error
-    while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
-        inner = inner.exceptions[0]
-    return error if isinstance(inner, BaseExceptionGroup) else inner
 
 
 def load_study(text: str) -> CaseStudy:

@@ -59,6 +59,7 @@ from typing import Any, cast
 
 import trio
 
+from broker.groups import sole_exception
 from broker.netio import connect_error, socket_fd
 from broker.outgoing import Outgoing
 from broker.protocol import (
@@ -761,7 +762,7 @@ class AsyncClient:
             if self._opened and (failure := self._lost_for_good()) is not None:
                 self._disconnected(failure)
         except Exception as exc:  # a handler's or callback's: it ends the client
-            cause = (_sole_exception(exc) if isinstance(exc, BaseExceptionGroup) else exc) or exc
+            cause = sole_exception(exc)
             self._fail(lost(f"the client's I/O task failed: {cause!r}", cause))
             raise
         finally:
@@ -1045,16 +1046,6 @@ class AsyncClient:
             sub._close(error)
 
 
-def _sole_exception(group: BaseExceptionGroup) -> BaseException | None:
-    """The one exception in ``group`` (through nested single-exception groups), if any."""
-    error: BaseException = group
-    while isinstance(error, BaseExceptionGroup):
-        if len(error.exceptions) != 1:
-            return None
-        error = error.exceptions[0]
-    return error
-
-
 async def _open_stream(host: str, port: int, ssl_context: ssl.SSLContext | None) -> trio.abc.Stream:
     """A TCP stream to the broker, in TLS if ``ssl_context`` is given (the broker's
     certificate must name ``host``). An OSError names the broker's address and why."""
@@ -1151,8 +1142,8 @@ async def open_client(
             finally:
                 await client.aclose()
     except BaseExceptionGroup as group:
-        error = _sole_exception(group)
-        if error is None:
+        error = sole_exception(group)
+        if error is group:
             raise
         context = error.__context__
         try:
