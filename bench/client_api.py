@@ -15,6 +15,11 @@ on the wire (a hop Publish frame; an MQTT PUBLISH packet of QoS 0). Systems:
   in a loop, ``await sub.next_batch()``;
 * ``hop-trio-handler``: the same, but the subscriber hands each delivery to a handler
   (``await c.subscribe(filter, handler=...)``), as gmqtt's and paho's ``on_message``;
+* ``hop-asyncio``: the same broker and ``client.open_asyncio_client``: ``await
+  c.publish(event)`` in a loop, ``await sub.next_batch()``, on asyncio's event loop as
+  gmqtt runs;
+* ``hop-asyncio-handler``: the same, but the subscriber hands each delivery to a handler,
+  as gmqtt's ``on_message``;
 * ``hop-blocking``: the same broker and ``client.Client``: ``c.publish(event)`` in a
   loop, ``sub.next_delivery()``;
 * ``hop-blocking-handler``: the same, but the subscriber's deliveries go to a handler
@@ -42,7 +47,8 @@ and for each target the ratio ours / baseline within each repetition (the two ra
 one after the other in it) with the number of repetitions ours won.
 
 Targets: hop-trio 1-to-1 and 1-to-4 at least mosquitto-gmqtt's rate and its p50 at
-500/s at most theirs; hop-blocking at least mosquitto-paho's rate.
+500/s at most theirs; hop-blocking at least mosquitto-paho's rate. hop-asyncio, the
+asyncio counterpart of gmqtt, is held to hop-trio's targets.
 """
 
 from __future__ import annotations
@@ -82,6 +88,8 @@ from bench.throughput import (
 SYSTEMS = (
     "hop-trio",
     "hop-trio-handler",
+    "hop-asyncio",
+    "hop-asyncio-handler",
     "hop-blocking",
     "hop-blocking-handler",
     "mosquitto-gmqtt",
@@ -103,6 +111,9 @@ TARGETS = (
     ("1-to-1 events/s", "hop-trio", "mosquitto-gmqtt", ("fanout1", "events_per_s"), True),
     ("1-to-4 events/s", "hop-trio", "mosquitto-gmqtt", ("fanout4", "events_per_s"), True),
     ("p50 at 500/s", "hop-trio", "mosquitto-gmqtt", ("latency_500", "p50_us"), False),
+    ("1-to-1 events/s", "hop-asyncio", "mosquitto-gmqtt", ("fanout1", "events_per_s"), True),
+    ("1-to-4 events/s", "hop-asyncio", "mosquitto-gmqtt", ("fanout4", "events_per_s"), True),
+    ("p50 at 500/s", "hop-asyncio", "mosquitto-gmqtt", ("latency_500", "p50_us"), False),
     ("1-to-1 events/s", "hop-blocking", "mosquitto-paho", ("fanout1", "events_per_s"), True),
     ("1-to-4 events/s", "hop-blocking", "mosquitto-paho", ("fanout4", "events_per_s"), True),
 )
@@ -165,7 +176,7 @@ class Job:
     """What one worker process does: ``role`` pub, sub or filler, of ``client``."""
 
     role: str
-    client: str  # trio, blocking, gmqtt, paho
+    client: str  # trio, asyncio, blocking, gmqtt, paho
     port: int
     count: int  # events to publish or receive; subscriptions for a filler
     rate: float = 0.0  # events/s of a publisher; 0: as fast as it goes
@@ -302,6 +313,76 @@ async def _trio_filler(job: Job) -> dict[str, Any]:
         _ready()
         await trio.to_thread.run_sync(sys.stdin.read)  # until the parent closes it
     return {}
+
+
+# hop, asyncio
+
+
+async def _asyncio_pub(job: Job) -> dict[str, Any]:
+    import client
+
+    async with client.open_asyncio_client(HOST, job.port, name=job.name) as c:
+        padding = hop_padding(job.name)
+        _ready()
+        t_first, cpu = time.time_ns(), time.process_time()
+        start = time.monotonic()
+        for i in range(job.count):
+            if job.rate:
+                await asyncio.sleep(max(0.0, _pace(job.rate, start, i)))
+            await c.publish(event(i, padding))
+        await c.flush()
+    return {"t_first_ns": t_first, "cpu_s": time.process_time() - cpu}
+
+
+async def _asyncio_sub(job: Job) -> dict[str, Any]:
+    import client
+
+    tally = Tally(job.count, job.rate > 0)
+    async with client.open_asyncio_client(HOST, job.port, name=job.name) as c:
+        sub = await c.subscribe(MATCHING_FILTER)
+        _ready(tally)
+
+        async def consume() -> None:
+            while True:  # the loop as a user writes it: no timeout per batch
+                batch = await sub.next_batch()
+                if tally.took_deliveries(batch):
+                    return
+
+        await _asyncio_watchdog(tally, asyncio.ensure_future(consume()))
+    return tally.result()
+
+
+async def _asyncio_handler_sub(job: Job) -> dict[str, Any]:
+    import client
+
+    tally = Tally(job.count, job.rate > 0)
+    async with client.open_asyncio_client(HOST, job.port, name=job.name) as c:
+        done = asyncio.Event()
+
+        def handler(delivery: client.Delivery) -> None:
+            if tally.took_deliveries([delivery]):
+                done.set()
+
+        await c.subscribe(MATCHING_FILTER, handler=handler)
+        _ready(tally)
+        await _asyncio_watchdog(tally, asyncio.ensure_future(done.wait()))
+    return tally.result()
+
+
+async def _asyncio_watchdog(tally: Tally, task: asyncio.Future[Any]) -> None:
+    """`_watchdog` for asyncio: wait for ``task``, cancelling it once the subscriber
+    heard nothing for QUIET_S or after RUN_TIMEOUT_S."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    last, quiet_since = -1, time.monotonic()
+    while not task.done() and time.monotonic() < deadline:
+        await asyncio.wait({task}, timeout=0.25)
+        if tally.received != last:
+            last, quiet_since = tally.received, time.monotonic()
+        elif time.monotonic() - quiet_since > QUIET_S:
+            break
+    task.cancel()
+    with suppress(asyncio.CancelledError):
+        await task
 
 
 # hop, blocking
@@ -492,6 +573,10 @@ _WORKERS: dict[tuple[str, str], Callable[[Job], Any]] = {
     ("filler", "trio"): lambda job: trio.run(_trio_filler, job),
     ("pub", "trio-handler"): lambda job: trio.run(_trio_pub, job),
     ("sub", "trio-handler"): lambda job: trio.run(_trio_handler_sub, job),
+    ("pub", "asyncio"): lambda job: asyncio.run(_asyncio_pub(job)),
+    ("sub", "asyncio"): lambda job: asyncio.run(_asyncio_sub(job)),
+    ("pub", "asyncio-handler"): lambda job: asyncio.run(_asyncio_pub(job)),
+    ("sub", "asyncio-handler"): lambda job: asyncio.run(_asyncio_handler_sub(job)),
     ("pub", "blocking"): _blocking_pub,
     ("sub", "blocking"): _blocking_sub,
     ("pub", "blocking-handler"): _blocking_pub,
@@ -574,7 +659,7 @@ class BrokerProcess(Protocol):
     CPU time its process has used so far."""
 
     kind: str  # "hop" (our clients' protocol) or "mqtt"
-    client: str  # the clients' kind: trio, blocking, gmqtt, paho
+    client: str  # the clients' kind: trio, asyncio, blocking, gmqtt, paho
 
     def cpu_s(self) -> float: ...
 

@@ -10,7 +10,7 @@ Blocking, for scripts and notebooks::
         event = sub.next(timeout=1.0)  # the attributes dict; TimeoutError if none comes
         c.unsubscribe(sub)
 
-Trio::
+Trio (asyncio: ``client.open_asyncio_client``, the same calls)::
 
     async with client.open_client("127.0.0.1", 7108, name="sub-1") as c:
         sub = await c.subscribe("family = 7")
@@ -29,6 +29,8 @@ several in order, every one checked before any is sent. Subscription queues are 
 the application must consume what it subscribes to.
 """
 
+from typing import TYPE_CHECKING
+
 from client.aio import AsyncClient, AsyncSubscription, Reconnect, open_client
 from client.blocking import Client, Subscription
 from client.errors import (
@@ -40,8 +42,26 @@ from client.errors import (
 )
 from client.events import Delivery
 
+if TYPE_CHECKING:
+    from client.asyncio_client import AsyncioClient, AsyncioSubscription, open_asyncio_client
+
+_ASYNCIO = ("AsyncioClient", "AsyncioSubscription", "open_asyncio_client")
+
+
+def __getattr__(name: str) -> object:
+    """The asyncio client's names, loaded (with asyncio) when first used: ``hop pub``
+    and the other trio programs start without it."""
+    if name in _ASYNCIO:
+        from client import asyncio_client
+
+        return getattr(asyncio_client, name)
+    raise AttributeError(f"module 'client' has no attribute {name!r}")
+
+
 __all__ = [
     "AsyncClient",
+    "AsyncioClient",
+    "AsyncioSubscription",
     "AsyncSubscription",
     "BrokerError",
     "Client",
@@ -52,5 +72,6 @@ __all__ = [
     "Reconnect",
     "Subscription",
     "SubscriptionClosed",
+    "open_asyncio_client",
     "open_client",
 ]

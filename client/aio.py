@@ -43,7 +43,6 @@ tell the client's user of each lost connection and of each return.
 """
 
 import contextlib
-import inspect
 import itertools
 import math
 import random
@@ -54,7 +53,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from operator import attrgetter
 from typing import Any, cast
 
 import trio
@@ -86,6 +84,7 @@ from broker.protocol import (
     new_event_frame,
 )
 from broker.security import secret_from_env
+from client.calls import Reconnect, ReplyKey, as_filter, check_callback, reconnect_policy, reply_key
 from client.errors import (
     BrokerError,
     ClientClosed,
@@ -105,7 +104,7 @@ from client.events import (
 )
 from client.shared_queue import SharedOutQueue
 from client.socket_reader import ReadFailed, SocketReader
-from routing import Filter, parse_filter, validate_event
+from routing import Filter, validate_event
 
 __all__ = [
     "CLOSE_TIMEOUT",
@@ -141,23 +140,6 @@ CPU per event, docs/performance.md)."""
 _IO_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
 
 
-@dataclass(frozen=True, slots=True)
-class Reconnect:
-    """How a client reconnects after losing its broker (see the module doc)."""
-
-    initial_s: float = 0.05  # first delay; doubles per failed attempt, jittered +-50 %
-    max_s: float = 2.0  # cap of the delay
-    wait_s: float = 10.0  # how long a call waits for the connection to come back
-    heartbeat_s: float = 5.0  # ping the broker when it was quiet this long
-    heartbeat_timeout_s: float = 15.0  # give the connection up after this much silence
-
-    def __post_init__(self) -> None:
-        if not 0 < self.initial_s <= self.max_s:
-            raise ValueError("need 0 < initial_s <= max_s")
-        if not 0 < self.heartbeat_s < self.heartbeat_timeout_s:
-            raise ValueError("need 0 < heartbeat_s < heartbeat_timeout_s")
-
-
 @dataclass
 class _SendCounters:
     """What a connection's outgoing queue counts (`broker.outgoing.SendCounters`)."""
@@ -174,28 +156,6 @@ def _outgoing_queue(fd: int | None) -> SharedOutQueue:
     socket ``fd`` (None: TLS) if the writer is idle (`OutQueue.put_through`). The
     blocking client's callers may write through it from their threads too."""
     return SharedOutQueue(OUTGOING_FRAMES, OUTGOING_FRAMES, Outgoing(), _SendCounters(), fd)
-
-
-def _check_callback(fn: Any, what: str) -> None:
-    """TypeError unless ``fn`` is a plain callable: it is called in the client's I/O
-    task, where an async function's coroutines would never run (and a handler's
-    deliveries be lost)."""
-    if not callable(fn):
-        raise TypeError(f"{what} must be callable, got {type(fn).__name__}")
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
-        hint = " (await next_batch() for async work)" if what == "handler" else ""
-        raise TypeError(
-            f"{what} must be a plain function, not an async one: it is called in the "
-            f"client's I/O task and must not wait{hint}"
-        )
-
-
-def _as_filter(filter: str | Filter) -> Filter:
-    if isinstance(filter, Filter):
-        return filter
-    if isinstance(filter, str):
-        return parse_filter(filter)
-    raise TypeError(f"a filter is text or a routing.Filter, not {type(filter).__name__}")
 
 
 class AsyncSubscription:
@@ -337,18 +297,6 @@ class _Reply:
         self.loss: ConnectionLost | None = None
 
 
-# How an answer names the request it answers. Stats carries no id: the broker answers
-# StatsRequests in order.
-_REPLY_KEY: dict[type[Message], Callable[[Any], int]] = {
-    Welcome: lambda _: 0,
-    SubAck: attrgetter("sub_id"),
-    UnsubAck: attrgetter("sub_id"),
-    FlushAck: attrgetter("token"),
-    Pong: attrgetter("nonce"),
-}
-_ReplyKey = tuple[type[Message], int]
-
-
 class AsyncClient:
     """A trio client connected to one broker; get one from ``open_client``."""
 
@@ -402,7 +350,7 @@ class AsyncClient:
         self._io_scope = trio.CancelScope()
         self._io_done = trio.Event()
         self._writer_done = trio.Event()
-        self._replies: dict[_ReplyKey, _Reply] = {}
+        self._replies: dict[ReplyKey, _Reply] = {}
         self._stats_replies: deque[_Reply] = deque()
         self._subscriptions: dict[int, AsyncSubscription] = {}
         self._sub_ids = itertools.count(1)
@@ -443,9 +391,9 @@ class AsyncClient:
         of the I/O task, which ends the client and leaves ``open_client``'s block with
         that exception (as an exception in any task of a nursery does).
         """
-        parsed = _as_filter(filter)
+        parsed = as_filter(filter)
         if handler is not None:
-            _check_callback(handler, "handler")
+            check_callback(handler, "handler")
         sub = AsyncSubscription(self, next(self._sub_ids), parsed)
         self._subscriptions[sub.id] = sub  # events may come before the SubAck
         try:
@@ -720,7 +668,7 @@ class AsyncClient:
         if self._usable():
             self._outgoing.put_nowait(self._conn.send(message))
 
-    async def _request(self, message: Message, key: _ReplyKey, internal: bool = False) -> Message:
+    async def _request(self, message: Message, key: ReplyKey, internal: bool = False) -> Message:
         """Send ``message`` and wait for the answer named by ``key``."""
         reply = self._replies[key] = _Reply()
         try:
@@ -846,7 +794,7 @@ class AsyncClient:
         """Send every acknowledged subscription again; wait for all their SubAcks.
         (Those not acknowledged yet are sent again by their ``subscribe`` call.)"""
         subs = [sub for sub in self._subscriptions.values() if sub._acked]
-        replies: dict[_ReplyKey, _Reply] = {(SubAck, sub.id): _Reply() for sub in subs}
+        replies: dict[ReplyKey, _Reply] = {(SubAck, sub.id): _Reply() for sub in subs}
         self._replies.update(replies)
         try:
             for sub in subs:
@@ -983,7 +931,7 @@ class AsyncClient:
 
     def _answered(self, message: Message) -> None:
         """Hand ``message`` to the request waiting for it, if any."""
-        reply = self._replies.get((type(message), _REPLY_KEY[type(message)](message)))
+        reply = self._replies.get(reply_key(message))
         if reply is not None:
             self._set_reply(reply, message)
 
@@ -1127,8 +1075,8 @@ async def open_client(
     """
     for fn, what in ((on_disconnect, "on_disconnect"), (on_reconnect, "on_reconnect")):
         if fn is not None:
-            _check_callback(fn, what)
-    policy = Reconnect() if reconnect is True else (reconnect or None)
+            check_callback(fn, what)
+    policy = reconnect_policy(reconnect)
     try:
         async with trio.open_nursery() as nursery:
             if secret is None:

@@ -55,6 +55,18 @@ def test_the_command_line_loads_what_a_command_needs_only_when_it_runs() -> None
     assert _run("import hop.cli\nhop.cli.main(['--version'])").startswith("hop ")
 
 
+def test_the_client_package_loads_asyncio_only_for_the_asyncio_client() -> None:
+    """`import client` (every trio program, `hop pub` and `hop sub`) leaves asyncio out;
+    the asyncio client's names load it."""
+    loaded = _run(
+        "import sys, client\n"
+        "print('asyncio' in sys.modules)\n"
+        "client.open_asyncio_client\n"
+        "print('asyncio' in sys.modules, client.AsyncioClient.__module__)"
+    )
+    assert loaded.splitlines() == ["False", "True client.asyncio_client"]
+
+
 def test_the_trace_writer_writes_without_pandas(tmp_path: Path) -> None:
     """pyarrow would import pandas (when installed) at its first conversion."""
     path = tmp_path / "hops-broker1-1.arrow"

@@ -7,6 +7,7 @@ stranger's, with certificates of the same names and addresses)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import ssl
 import subprocess
@@ -89,6 +90,34 @@ def test_events_cross_a_tls_network(tls_net: Network, certs: Path) -> None:
     attributes, path = trio.run(deliver, tls_net, certs / "ca.pem")
     assert attributes == {"n": 1, "blob": b"\x00" * 50_000}
     assert path == ("2", "1", "3")
+
+
+def test_the_asyncio_client_over_tls_and_refused_in_plaintext(
+    tls_net: Network, certs: Path
+) -> None:
+    async def scenario() -> tuple[dict, tuple[str, ...]]:
+        context = client_ssl_context(certs / "ca.pem")
+        async with asyncio.timeout(20):
+            with pytest.raises(client.ConnectionLost):
+                async with client.open_asyncio_client(*tls_net.address(1), name="plain"):
+                    pass
+            async with (
+                client.open_asyncio_client(
+                    *tls_net.address(3), name="sub", ssl_context=context
+                ) as sub_client,
+                client.open_asyncio_client(
+                    *tls_net.address(2), name="pub", ssl_context=context
+                ) as pub,
+            ):
+                sub = await sub_client.subscribe("n = 1")
+                await pub.publish({"n": 1, "blob": b"\x00" * 50_000})
+                delivery = await sub.next_delivery()
+                return delivery.attributes, delivery.path
+
+    attributes, path = asyncio.run(scenario())
+    assert attributes == {"n": 1, "blob": b"\x00" * 50_000}
+    assert path == ("2", "1", "3")
+    assert tls_net.procs.failed() == {}
 
 
 def test_a_plaintext_client_fails_cleanly_and_the_broker_keeps_serving(
