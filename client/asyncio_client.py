@@ -37,7 +37,7 @@ import random
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, cast
@@ -313,7 +313,7 @@ class AsyncioClient:
         self,
         name: str,
         hello: Hello,
-        open_link: Callable[[AsyncioClient], Any],
+        open_link: Callable[[AsyncioClient], Awaitable[_Link]],
         reconnect: Reconnect | None = None,
         on_disconnect: Callable[[ConnectionLost], object] | None = None,
         on_reconnect: Callable[[], object] | None = None,

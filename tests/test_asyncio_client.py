@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -459,3 +460,26 @@ def test_reconnecting_gives_up_calls_after_wait_s(thread_broker: FakeBroker) -> 
                 await c.publish({"n": 1})
 
     run(scenario)
+
+
+def test_the_heartbeat_gives_up_a_silent_broker_and_reconnects(
+    thread_broker: FakeBroker,
+) -> None:
+    """The fake broker answers Hello, then reads and says nothing more: after
+    ``heartbeat_timeout_s`` of silence (pings unanswered) the client gives the
+    connection up and opens another."""
+    gate = trio.Event()  # set at the end: the broker reads the last connection's Bye
+    thread_broker.read_gate = gate
+    policy = client.Reconnect(initial_s=0.02, max_s=0.1, heartbeat_s=0.2, heartbeat_timeout_s=0.6)
+
+    async def scenario() -> float:
+        async with connect(thread_broker, reconnect=policy) as c:
+            start = time.monotonic()
+            await until(lambda: c.reconnects >= 1)
+            elapsed = time.monotonic() - start
+            in_broker(thread_broker, gate.set)
+            return elapsed
+
+    elapsed = run(scenario)
+    assert 0.6 <= elapsed < 3.0  # cut after heartbeat_timeout_s of silence, not before
+    assert len(thread_broker.links) >= 2
