@@ -129,7 +129,7 @@ if the writer is idle (no pass of the writer task: lower latency at low rates); 
 ones are queued and sent in batches by the writer."""
 CLOSE_TIMEOUT = 5.0
 """Seconds ``aclose`` waits for the queued frames to go out and the broker to hang up."""
-_RECEIVE_SIZE = 16384
+RECEIVE_SIZE = 16384
 """Bytes per socket read. The deliveries of one read are built before any consumer
 runs, and while more than ~700 objects are young at once CPython's collector keeps
 running, promoting the queued deliveries until full collections walk the whole heap.
@@ -843,7 +843,7 @@ class AsyncClient:
     async def _receive_some(self) -> bytes | bytearray:
         """A read of a stream without a socket of its own (TLS); ReadFailed if it fails."""
         try:
-            return await self._stream.receive_some(_RECEIVE_SIZE)
+            return await self._stream.receive_some(RECEIVE_SIZE)
         except _IO_ERRORS as exc:
             raise ReadFailed(exc) from exc
 
@@ -851,7 +851,7 @@ class AsyncClient:
         """The reading side of ``stream``'s socket (None for TLS and in-memory streams,
         read through the stream only, by the reader task)."""
         fd = socket_fd(stream)
-        return None if fd is None else SocketReader(fd, _RECEIVE_SIZE, self._received)
+        return None if fd is None else SocketReader(fd, RECEIVE_SIZE, self._received)
 
     async def _read_for(self, queue: deque[Delivery]) -> bool:
         """A consumer of ``queue`` reads the connection until a delivery is queued there
