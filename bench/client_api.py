@@ -65,7 +65,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -238,20 +238,28 @@ def _pace(rate: float, start: float, i: int) -> float:
 # hop, trio
 
 
-async def _trio_pub(job: Job) -> dict[str, Any]:
-    import client
-
-    async with client.open_client(HOST, job.port, name=job.name) as c:
+async def _hop_pub(
+    job: Job, open_client: Callable[..., Any], sleep: Callable[[float], Awaitable[None]]
+) -> dict[str, Any]:
+    """A publisher of our async clients: ``open_client`` and ``sleep`` are the trio or
+    the asyncio client's and event loop's."""
+    async with open_client(HOST, job.port, name=job.name) as c:
         padding = hop_padding(job.name)
         _ready()
         t_first, cpu = time.time_ns(), time.process_time()
         start = time.monotonic()
         for i in range(job.count):
             if job.rate:
-                await trio.sleep(max(0.0, _pace(job.rate, start, i)))
+                await sleep(max(0.0, _pace(job.rate, start, i)))
             await c.publish(event(i, padding))
         await c.flush()
     return {"t_first_ns": t_first, "cpu_s": time.process_time() - cpu}
+
+
+async def _trio_pub(job: Job) -> dict[str, Any]:
+    import client
+
+    return await _hop_pub(job, client.open_client, trio.sleep)
 
 
 async def _trio_sub(job: Job) -> dict[str, Any]:
@@ -321,17 +329,7 @@ async def _trio_filler(job: Job) -> dict[str, Any]:
 async def _asyncio_pub(job: Job) -> dict[str, Any]:
     import client
 
-    async with client.open_asyncio_client(HOST, job.port, name=job.name) as c:
-        padding = hop_padding(job.name)
-        _ready()
-        t_first, cpu = time.time_ns(), time.process_time()
-        start = time.monotonic()
-        for i in range(job.count):
-            if job.rate:
-                await asyncio.sleep(max(0.0, _pace(job.rate, start, i)))
-            await c.publish(event(i, padding))
-        await c.flush()
-    return {"t_first_ns": t_first, "cpu_s": time.process_time() - cpu}
+    return await _hop_pub(job, client.open_asyncio_client, asyncio.sleep)
 
 
 async def _asyncio_sub(job: Job) -> dict[str, Any]:
@@ -867,13 +865,18 @@ def run(names: list[str], settings: Settings, workdir: Path) -> dict[str, Any]:
 
 
 def _line(result: dict[str, Any]) -> str:
-    f1, f4, low = result["fanout1"], result["fanout4"], result["latency_500"]
+    f1, low = result["fanout1"], result["latency_500"]
+    wider = [
+        f"1-to-{f} {run['events_per_s']:>9.0f}/s (lost {run['lost']})  "
+        for f in FANOUTS[1:]
+        if (run := result.get(f"fanout{f}"))
+    ]
     return (
         f"1-to-1 {f1['events_per_s']:>9.0f}/s (lost {f1['lost']}, cpu pub "
         f"{f1['pub_cpu_us_per_event']} sub {f1['sub_cpu_us_per_event']} "
         f"broker {f1['broker_cpu_us_per_event']} us/event)  "
-        f"1-to-4 {f4['events_per_s']:>9.0f}/s (lost {f4['lost']})  "
-        f"p50 at 500/s {low['p50_us']} us"
+        + "".join(wider)
+        + f"p50 at 500/s {low['p50_us']} us"
     )
 
 

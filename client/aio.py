@@ -65,8 +65,6 @@ from broker.protocol import (
     Bye,
     Connection,
     Error,
-    Flush,
-    FlushAck,
     Hello,
     Message,
     Ping,
@@ -77,14 +75,21 @@ from broker.protocol import (
     StatsRequest,
     SubAck,
     Subscribe,
-    UnsubAck,
     Unsubscribe,
     Welcome,
     error_frame,
     new_event_frame,
 )
 from broker.security import secret_from_env
-from client.calls import Reconnect, ReplyKey, as_filter, check_callback, reconnect_policy, reply_key
+from client.calls import (
+    ClientCalls,
+    Reconnect,
+    ReplyKey,
+    as_filter,
+    check_callback,
+    reconnect_policy,
+    reply_key,
+)
 from client.errors import (
     BrokerError,
     ClientClosed,
@@ -297,7 +302,7 @@ class _Reply:
         self.loss: ConnectionLost | None = None
 
 
-class AsyncClient:
+class AsyncClient(ClientCalls[AsyncSubscription]):
     """A trio client connected to one broker; get one from ``open_client``."""
 
     def __init__(
@@ -422,21 +427,6 @@ class AsyncClient:
                 if not self._reconnecting() or trio.current_time() > deadline:
                     raise
 
-    async def unsubscribe(self, subscription: AsyncSubscription) -> None:
-        """Remove ``subscription`` and wait for the broker's acknowledgement. It gets
-        nothing more from the moment of the call; its iterator ends once what it had
-        already queued is consumed. Unsubscribing twice does nothing."""
-        if subscription._client is not self:
-            raise ValueError(f"{subscription!r} belongs to another client")
-        if self._subscriptions.get(subscription.id) is not subscription:
-            return
-        self._drop(subscription)
-        try:
-            await self._request(Unsubscribe(subscription.id), (UnsubAck, subscription.id))
-        except ConnectionLost:
-            if not self._reconnecting():  # else the next connection will not carry it
-                raise
-
     async def publish(self, attributes: Mapping[str, Any], *, event_id: str | None = None) -> str:
         """Publish an event; return its id (default ``"{name}:{seq}"``, seq from 1).
 
@@ -496,29 +486,6 @@ class AsyncClient:
         self._last_publish_ns = now
         await self._send_frames(frames)
         return ids
-
-    async def flush(self) -> None:
-        """Wait until the broker has accepted everything this client sent before.
-
-        When reconnecting: raises ``ConnectionLost`` if a connection was lost since the
-        previous ``flush`` (what was published before may be lost)."""
-        token = next(self._tokens)
-        try:
-            await self._request(Flush(token), (FlushAck, token))
-        finally:
-            losses, self._flushed_losses = self._flushed_losses, self._losses
-        if losses != self._losses:
-            raise ConnectionLost(
-                "the connection to the broker was lost since the previous flush: "
-                "events published before may be lost"
-            )
-
-    async def ping(self) -> float:
-        """Round-trip time to the broker, in seconds."""
-        nonce = next(self._tokens)
-        start = time.perf_counter()
-        await self._request(Ping(nonce), (Pong, nonce))
-        return time.perf_counter() - start
 
     async def stats(self) -> dict[str, Any]:
         """The broker's counters and gauges (nested dicts)."""
@@ -948,10 +915,6 @@ class AsyncClient:
                 sub._put(delivery)
 
     # --- ending ------------------------------------------------------------------------
-
-    def _drop(self, sub: AsyncSubscription) -> None:
-        if self._subscriptions.pop(sub.id, None) is not None:
-            sub._close(None)
 
     def _lose(self, error: ConnectionLost) -> None:
         """The current connection ended because of ``error``. Without reconnecting the

@@ -50,8 +50,6 @@ from broker.protocol import (
     Bye,
     Connection,
     Error,
-    Flush,
-    FlushAck,
     Hello,
     Message,
     Ping,
@@ -62,7 +60,6 @@ from broker.protocol import (
     StatsRequest,
     SubAck,
     Subscribe,
-    UnsubAck,
     Unsubscribe,
     Welcome,
     error_frame,
@@ -70,6 +67,7 @@ from broker.protocol import (
 from broker.security import secret_from_env
 from client.aio import CLOSE_TIMEOUT, OUTGOING_FRAMES, RECEIVE_SIZE, WRITE_THROUGH_GAP_NS
 from client.calls import (
+    ClientCalls,
     Reconnect,
     ReplyKey,
     as_filter,
@@ -311,7 +309,7 @@ class _Link(asyncio.BufferedProtocol):
             self.transport.abort()
 
 
-class AsyncioClient:
+class AsyncioClient(ClientCalls[AsyncioSubscription]):
     """An asyncio client connected to one broker: get one from ``open_asyncio_client``
     or ``await AsyncioClient.connect(...)`` (then ``await client.aclose()``, or use it
     as an async context manager). Its calls are those of ``client.AsyncClient``."""
@@ -470,20 +468,6 @@ class AsyncioClient:
                 if not self._reconnecting() or time.monotonic() > deadline:
                     raise
 
-    async def unsubscribe(self, subscription: AsyncioSubscription) -> None:
-        """Remove ``subscription`` and wait for the broker's acknowledgement; it gets
-        nothing more from the moment of the call. Unsubscribing twice does nothing."""
-        if subscription._client is not self:
-            raise ValueError(f"{subscription!r} belongs to another client")
-        if self._subscriptions.get(subscription.id) is not subscription:
-            return
-        self._drop(subscription)
-        try:
-            await self._request(Unsubscribe(subscription.id), (UnsubAck, subscription.id))
-        except ConnectionLost:
-            if not self._reconnecting():  # else the next connection will not carry it
-                raise
-
     async def publish(self, attributes: Mapping[str, Any], *, event_id: str | None = None) -> str:
         """Publish an event; return its id (default ``"{name}:{seq}"``, seq from 1).
         Returns once the event is handed to the connection (see ``flush``); waits while
@@ -519,28 +503,6 @@ class AsyncioClient:
         self._last_publish_ns = now
         await self._send_frames(frames)
         return ids
-
-    async def flush(self) -> None:
-        """Wait until the broker has accepted everything this client sent before. When
-        reconnecting: raises ``ConnectionLost`` if a connection was lost since the
-        previous ``flush`` (what was published before may be lost)."""
-        token = next(self._tokens)
-        try:
-            await self._request(Flush(token), (FlushAck, token))
-        finally:
-            losses, self._flushed_losses = self._flushed_losses, self._losses
-        if losses != self._losses:
-            raise ConnectionLost(
-                "the connection to the broker was lost since the previous flush: "
-                "events published before may be lost"
-            )
-
-    async def ping(self) -> float:
-        """Round-trip time to the broker, in seconds."""
-        nonce = next(self._tokens)
-        start = time.perf_counter()
-        await self._request(Ping(nonce), (Pong, nonce))
-        return time.perf_counter() - start
 
     async def stats(self) -> dict[str, Any]:
         """The broker's counters and gauges (nested dicts)."""
@@ -857,10 +819,6 @@ class AsyncioClient:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
-
-    def _drop(self, sub: AsyncioSubscription) -> None:
-        if self._subscriptions.pop(sub.id, None) is not None:
-            sub._close(None)
 
     def _fail_replies(self, error: ConnectionLost) -> None:
         for reply in (*self._replies.values(), *self._stats_replies):

@@ -1,16 +1,29 @@
 """What the trio and asyncio clients share of their callers' side: the reconnecting
-policy, the checks of a caller's filter and callbacks, and how the broker's answers
-name the requests they answer."""
+policy, the checks of a caller's filter and callbacks, how the broker's answers name
+the requests they answer, and the calls both make alike through their own requests
+(`ClientCalls`: ``unsubscribe``, ``flush``, ``ping``)."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
-from broker.protocol import FlushAck, Message, Pong, SubAck, UnsubAck, Welcome
+from broker.protocol import (
+    Flush,
+    FlushAck,
+    Message,
+    Ping,
+    Pong,
+    SubAck,
+    UnsubAck,
+    Unsubscribe,
+    Welcome,
+)
+from client.errors import ConnectionLost
 from routing import Filter, parse_filter
 
 
@@ -74,3 +87,76 @@ ReplyKey = tuple[type[Message], int]
 def reply_key(message: Message) -> ReplyKey:
     """The key of the request that ``message`` (an answer in REPLY_KEY) answers."""
     return (type(message), REPLY_KEY[type(message)](message))
+
+
+class Subscription(Protocol):
+    """What `ClientCalls` needs of a client's subscription."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def _client(self) -> object: ...
+
+    def _close(self, error: ConnectionLost | None) -> None: ...
+
+
+Sub = TypeVar("Sub", bound=Subscription)
+
+
+class ClientCalls(Generic[Sub]):
+    """The calls the trio and asyncio clients make alike, by way of their own
+    ``_request`` (send, then wait for the answer) and ``_reconnecting``."""
+
+    _tokens: Iterator[int]
+    _subscriptions: dict[int, Sub]
+    _losses: int  # connections lost, and how many of them `flush` reported
+    _flushed_losses: int
+
+    async def _request(self, message: Message, key: ReplyKey, internal: bool = False) -> Message:
+        raise NotImplementedError
+
+    def _reconnecting(self) -> bool:
+        raise NotImplementedError
+
+    async def unsubscribe(self, subscription: Sub) -> None:
+        """Remove ``subscription`` and wait for the broker's acknowledgement. It gets
+        nothing more from the moment of the call; its iterator ends once what it had
+        already queued is consumed. Unsubscribing twice does nothing."""
+        if subscription._client is not self:
+            raise ValueError(f"{subscription!r} belongs to another client")
+        if self._subscriptions.get(subscription.id) is not subscription:
+            return
+        self._drop(subscription)
+        try:
+            await self._request(Unsubscribe(subscription.id), (UnsubAck, subscription.id))
+        except ConnectionLost:
+            if not self._reconnecting():  # else the next connection will not carry it
+                raise
+
+    async def flush(self) -> None:
+        """Wait until the broker has accepted everything this client sent before.
+
+        When reconnecting: raises ``ConnectionLost`` if a connection was lost since the
+        previous ``flush`` (what was published before may be lost)."""
+        token = next(self._tokens)
+        try:
+            await self._request(Flush(token), (FlushAck, token))
+        finally:
+            losses, self._flushed_losses = self._flushed_losses, self._losses
+        if losses != self._losses:
+            raise ConnectionLost(
+                "the connection to the broker was lost since the previous flush: "
+                "events published before may be lost"
+            )
+
+    async def ping(self) -> float:
+        """Round-trip time to the broker, in seconds."""
+        nonce = next(self._tokens)
+        start = time.perf_counter()
+        await self._request(Ping(nonce), (Pong, nonce))
+        return time.perf_counter() - start
+
+    def _drop(self, sub: Sub) -> None:
+        if self._subscriptions.pop(sub.id, None) is not None:
+            sub._close(None)

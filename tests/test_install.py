@@ -151,6 +151,17 @@ async def task() -> None:
         ids: list[str] = await c.publish_many([{"family": 1}])
 
 
+async def asyncio_task() -> None:
+    async with client.open_asyncio_client("127.0.0.1", 7304, name="sub-3") as c:
+        sub = await c.subscribe("family = 7", handler=lambda d: print(d.event_id))
+        await c.unsubscribe(sub)
+        round_trip_s: float = await c.ping()
+    pub: client.AsyncioClient = await client.AsyncioClient.connect("h", 1, name="pub")
+    subscription: client.AsyncioSubscription = await pub.subscribe("family = 7")
+    delivery: client.Delivery = await subscription.next_delivery()
+    await pub.aclose()
+
+
 matches: bool = parse_filter("family = 7").matches({"family": 7})
 covered: bool = covers(parse_filter("price > 3"), parse_filter("price > 5"))
 """
