@@ -864,7 +864,9 @@ async def _open_link(
     client: AsyncioClient, host: str, port: int, ssl_context: ssl.SSLContext | None
 ) -> _Link:
     """A connection to the broker, in TLS if ``ssl_context`` is given (the broker's
-    certificate must name ``host``). An OSError names the broker's address and why."""
+    certificate must name ``host``). An OSError names the broker's address and why; a
+    failed TLS handshake raises ConnectionLost caused by the ``ssl.SSLError``, as in
+    the trio client."""
     loop = asyncio.get_running_loop()
     try:
         _, link = await loop.create_connection(
@@ -874,9 +876,9 @@ async def _open_link(
             ssl=ssl_context,
             server_hostname=host if ssl_context is not None else None,
         )
+    except ssl.SSLError as exc:  # the handshake: as the trio client's first request
+        raise lost(f"TLS with the broker at {host}:{port} failed: {exc}", exc) from exc
     except OSError as exc:
-        if isinstance(exc, ssl.SSLError):
-            raise
         raise connect_error(f"the broker at {host}:{port}", exc) from exc
     return link
 

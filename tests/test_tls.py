@@ -92,8 +92,8 @@ def test_events_cross_a_tls_network(tls_net: Network, certs: Path) -> None:
     assert path == ("2", "1", "3")
 
 
-def test_the_asyncio_client_over_tls_and_refused_in_plaintext(
-    tls_net: Network, certs: Path
+def test_the_asyncio_client_over_tls_and_refused_in_plaintext_or_by_its_ca(
+    tls_net: Network, certs: Path, other_ca: Path
 ) -> None:
     async def scenario() -> tuple[dict, tuple[str, ...]]:
         context = client_ssl_context(certs / "ca.pem")
@@ -114,6 +114,14 @@ def test_the_asyncio_client_over_tls_and_refused_in_plaintext(
                 delivery = await sub.next_delivery()
                 return delivery.attributes, delivery.path
 
+    async def stranger() -> None:  # trusting another CA: the broker's certificate fails
+        context = client_ssl_context(other_ca / "ca.pem")
+        async with client.open_asyncio_client(*tls_net.address(1), name="x", ssl_context=context):
+            pass
+
+    with pytest.raises(client.ConnectionLost, match="TLS with the broker at .* failed") as info:
+        asyncio.run(stranger())
+    assert isinstance(info.value.__cause__, ssl.SSLCertVerificationError), repr(info.value)
     attributes, path = asyncio.run(scenario())
     assert attributes == {"n": 1, "blob": b"\x00" * 50_000}
     assert path == ("2", "1", "3")
