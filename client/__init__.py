@@ -19,8 +19,8 @@ Trio (asyncio: ``client.open_asyncio_client``, the same calls)::
             ...
 
 ``subscribe(filter, handler=fn)`` hands each delivery to ``fn(delivery)`` in the
-client's I/O task (trio) or I/O thread (blocking) instead of a queue, as gmqtt's and
-paho-mqtt's ``on_message`` do.
+client's I/O task (trio), as it is read (asyncio) or in its I/O thread (blocking)
+instead of a queue, as gmqtt's and paho-mqtt's ``on_message`` do.
 
 ``subscribe`` returns once the subscription is in force everywhere; ``publish``
 returns once the event is handed to the connection, and ``flush`` waits until the

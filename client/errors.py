@@ -1,4 +1,4 @@
-"""The errors the client library raises (both clients; `client` exports them)."""
+"""The errors the client library raises (every client; `client` exports them)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """An event's forms in the client: checked and encoded as a Publish frame when it is
-published, built as a `Delivery` when it is received (for both clients)."""
+published, built as a `Delivery` when it is received (for every client)."""
 
 from __future__ import annotations
 
