@@ -415,18 +415,6 @@ class AsyncClient(ClientCalls[AsyncSubscription]):
                 raise
         return sub
 
-    async def _subscribe(self, sub: AsyncSubscription) -> None:
-        """Send ``sub`` and wait for its SubAck; when reconnecting, send it again on the
-        next connection if this one breaks first (for at most ``wait_s``)."""
-        deadline = trio.current_time() + self._wait_s
-        while True:
-            try:
-                await self._request(Subscribe(sub.id, sub.filter.to_wire()), (SubAck, sub.id))
-                return
-            except ConnectionLost:
-                if not self._reconnecting() or trio.current_time() > deadline:
-                    raise
-
     async def publish(self, attributes: Mapping[str, Any], *, event_id: str | None = None) -> str:
         """Publish an event; return its id (default ``"{name}:{seq}"``, seq from 1).
 
@@ -526,9 +514,6 @@ class AsyncClient(ClientCalls[AsyncSubscription]):
         await self._io_done.wait()
 
     # --- sending -----------------------------------------------------------------------
-
-    def _error(self) -> ConnectionLost:
-        return fresh_copy(self._failure) if self._failure else ClientClosed("the client is closed")
 
     async def _send(
         self, message: Message | bytes, internal: bool = False, through: bool = False
@@ -700,10 +685,6 @@ class AsyncClient(ClientCalls[AsyncSubscription]):
         """Tell ``on_disconnect`` that a connection ended because of ``error``."""
         if self._on_disconnect is not None:
             self._on_disconnect(error)
-
-    def _reconnecting(self) -> bool:
-        """Whether a lost connection is to be opened again (not once closed)."""
-        return self._policy is not None and self._failure is None
 
     async def _reconnect(self) -> None:
         """Open the next connection, after a jittered delay growing with each failed

@@ -456,18 +456,6 @@ class AsyncioClient(ClientCalls[AsyncioSubscription]):
             raise
         return sub
 
-    async def _subscribe(self, sub: AsyncioSubscription) -> None:
-        """Send ``sub`` and wait for its SubAck; when reconnecting, send it again on the
-        next connection if this one breaks first (for at most ``wait_s``)."""
-        deadline = time.monotonic() + self._wait_s
-        while True:
-            try:
-                await self._request(Subscribe(sub.id, sub.filter.to_wire()), (SubAck, sub.id))
-                return
-            except ConnectionLost:
-                if not self._reconnecting() or time.monotonic() > deadline:
-                    raise
-
     async def publish(self, attributes: Mapping[str, Any], *, event_id: str | None = None) -> str:
         """Publish an event; return its id (default ``"{name}:{seq}"``, seq from 1).
         Returns once the event is handed to the connection (see ``flush``); waits while
@@ -547,9 +535,6 @@ class AsyncioClient(ClientCalls[AsyncioSubscription]):
                     await asyncio.shield(self._link.closed)
 
     # --- sending -----------------------------------------------------------------------
-
-    def _error(self) -> ConnectionLost:
-        return fresh_copy(self._failure) if self._failure else ClientClosed("the client is closed")
 
     async def _usable_link(self, internal: bool, deadline: float) -> _Link:
         """The connection to send on, waiting for it when reconnecting (at most until
@@ -701,10 +686,6 @@ class AsyncioClient(ClientCalls[AsyncioSubscription]):
         self._loss = None
         self._welcomed = False
         self._heard = time.monotonic()
-
-    def _reconnecting(self) -> bool:
-        """Whether a lost connection is to be opened again (not once closed)."""
-        return self._policy is not None and self._failure is None
 
     def _ended(self, link: _Link, error: ConnectionLost) -> None:
         """``link`` ended because of ``error``: without reconnecting the client ends;

@@ -19,11 +19,12 @@ from broker.protocol import (
     Ping,
     Pong,
     SubAck,
+    Subscribe,
     UnsubAck,
     Unsubscribe,
     Welcome,
 )
-from client.errors import ConnectionLost
+from client.errors import ClientClosed, ConnectionLost, fresh_copy
 from routing import Filter, parse_filter
 
 
@@ -96,6 +97,9 @@ class Subscription(Protocol):
     def id(self) -> int: ...
 
     @property
+    def filter(self) -> Filter: ...
+
+    @property
     def _client(self) -> object: ...
 
     def _close(self, error: ConnectionLost | None) -> None: ...
@@ -106,18 +110,38 @@ Sub = TypeVar("Sub", bound=Subscription)
 
 class ClientCalls(Generic[Sub]):
     """The calls the trio and asyncio clients make alike, by way of their own
-    ``_request`` (send, then wait for the answer) and ``_reconnecting``."""
+    ``_request`` (send, then wait for the answer)."""
 
     _tokens: Iterator[int]
     _subscriptions: dict[int, Sub]
     _losses: int  # connections lost, and how many of them `flush` reported
     _flushed_losses: int
+    _policy: Reconnect | None
+    _wait_s: float  # how long a call waits for the connection to come back
+    _failure: ConnectionLost | None  # set once the client is ending
 
     async def _request(self, message: Message, key: ReplyKey, internal: bool = False) -> Message:
         raise NotImplementedError
 
     def _reconnecting(self) -> bool:
-        raise NotImplementedError
+        """Whether a lost connection is to be opened again (not once closed)."""
+        return self._policy is not None and self._failure is None
+
+    def _error(self) -> ConnectionLost:
+        """What a call on a client that is ending raises (a copy: each raise its own)."""
+        return fresh_copy(self._failure) if self._failure else ClientClosed("the client is closed")
+
+    async def _subscribe(self, sub: Sub) -> None:
+        """Send ``sub`` and wait for its SubAck; when reconnecting, send it again on the
+        next connection if this one breaks first (for at most ``wait_s``)."""
+        deadline = time.monotonic() + self._wait_s
+        while True:
+            try:
+                await self._request(Subscribe(sub.id, sub.filter.to_wire()), (SubAck, sub.id))
+                return
+            except ConnectionLost:
+                if not self._reconnecting() or time.monotonic() > deadline:
+                    raise
 
     async def unsubscribe(self, subscription: Sub) -> None:
         """Remove ``subscription`` and wait for the broker's acknowledgement. It gets
