@@ -81,14 +81,14 @@ def run(parser: argparse.ArgumentParser, layers: Sequence[Layer], argv: list[str
     except Exception as exc:
         error = sole_exception(exc)
         if isinstance(error, bad_input):
-            print(f"{parser.prog} {args.command}: {error}", file=sys.stderr)
+            logs.say(f"{parser.prog} {args.command}: {error}")
             return EXIT_BAD_INPUT
         if isinstance(error, failures):
-            print(f"{parser.prog} {args.command}: {error}", file=sys.stderr)
+            logs.say(f"{parser.prog} {args.command}: {error}")
             return EXIT_FAILURE
         traceback.print_exc()
         problem = "internal error (a bug, not your input)"
-        print(f"{parser.prog} {args.command}: {problem}", file=sys.stderr)
+        logs.say(f"{parser.prog} {args.command}: {problem}")
         return EXIT_FAILURE
 
 
@@ -169,7 +169,7 @@ def cmd_net(args: argparse.Namespace) -> int:
         while not stop:
             failed = procs.failed()
             if failed:
-                print(f"hop net: brokers exited: {failed}; stopping", file=sys.stderr)
+                logs.say(f"hop net: brokers exited: {failed}; stopping")
                 return EXIT_FAILURE
             time.sleep(0.2)
         return EXIT_OK

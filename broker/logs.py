@@ -21,6 +21,15 @@ class _CurrentStderr:
         sys.stderr.flush()
 
 
+def say(line: str) -> None:
+    """Write `line` and its newline to stderr in one write, flushed: a command's
+    message for its user. `print(..., file=sys.stderr)` writes the line and then its
+    newline, and between the two another process sharing the stderr (`hop net`'s
+    brokers do) may write its own line, leaving this one without its end."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def configure(level: str = "info") -> None:
     """Configure structlog once per process.
 

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 import trio
 
 import client
+from broker import logs
 from broker.cli import (
     EXIT_OK,
     BadInput,
@@ -166,12 +167,10 @@ async def _subscribe_and_print(
     printed its count; raises what ended the connection (for good, with ``reconnect``)."""
 
     def disconnected(error: client.ConnectionLost) -> None:
-        print(f"hop sub: connection lost: {error}", file=sys.stderr, flush=True)
+        logs.say(f"hop sub: connection lost: {error}")
 
     def reconnected() -> None:
-        print(
-            f"hop sub: reconnected, {len(filters)} filter(s) renewed", file=sys.stderr, flush=True
-        )
+        logs.say(f"hop sub: reconnected, {len(filters)} filter(s) renewed")
 
     async with client.open_client(
         host, port, name=name, secret=creds.secret, ssl_context=creds.ssl_context,
@@ -181,9 +180,7 @@ async def _subscribe_and_print(
         for f in filters:
             await c.subscribe(f, handler=printer.show)
         printer.settled()
-        print(
-            f"subscribed to {len(filters)} filter(s) at {host}:{port}", file=sys.stderr, flush=True
-        )
+        logs.say(f"subscribed to {len(filters)} filter(s) at {host}:{port}")
         with trio.CancelScope() as done:
             printer.on_done = done.cancel
             if printer.printed != printer.count:
@@ -223,7 +220,7 @@ def cmd_pub(args: argparse.Namespace) -> int:
             c.flush()
             raise BadInput(f"{exc} (the {published} event(s) before it were published)") from None
         c.flush()
-    print(f"published {published} event(s) to {host}:{port}", file=sys.stderr)
+    logs.say(f"published {published} event(s) to {host}:{port}")
     return EXIT_OK
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
+from broker import logs
 from broker.cli import EXIT_FAILURE, EXIT_OK, FILE_HELP, BadInput, Layer
 from broker.process import StartupError, unwind_on_sigterm
 from monitor.errors import InputError, ReplayError
@@ -44,7 +44,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print(f"traces and manifest in {result.run_dir}")
     if c.lost or c.unexpected:
         for example in c.lost_examples:
-            print(f"  lost: {example}", file=sys.stderr)
+            logs.say(f"  lost: {example}")
         return EXIT_FAILURE
     return EXIT_OK
 

@@ -33,13 +33,13 @@ in and what was set aside. One Spark session serves both analyses of repetition 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker import logs
 from monitor.errors import InputError, check_number
 from monitor.hostload import disturbed
 from topologies import Workload, load_case_study
@@ -219,7 +219,7 @@ def validate(
 
     def step(text: str) -> None:
         if not quiet:
-            print(f"[{time.monotonic() - started:6.1f} s] {text}", file=sys.stderr, flush=True)
+            logs.say(f"[{time.monotonic() - started:6.1f} s] {text}")
 
     def replay_step(s: Step, folder: Path) -> None:
         measured_s, warm_s = phase_lengths(workload, s.fraction, quick, duration_s, warmup_s)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import sys
+from typing import Any
 
 import pytest
 import structlog
 
 from broker import logs
+from broker.cli import EXIT_FAILURE, Layer, build, run
 
 
 def test_loggers_write_to_the_stderr_of_the_moment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,3 +57,24 @@ def test_each_record_is_one_write_with_its_newline(monkeypatch: pytest.MonkeyPat
     for call in stand_in.calls:
         assert call.endswith("\n") and call.count("\n") == 1, call
         assert json.loads(call)["broker"] in {"5", "6"}
+
+
+def test_a_commands_message_is_one_write_with_its_newline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broker that cannot listen says so on the stderr it shares with `hop net`'s
+    other brokers: the line and its newline must go out together, or another broker's
+    record may land between them."""
+
+    def register(commands: Any, common: argparse.ArgumentParser) -> None:
+        def fail(args: argparse.Namespace) -> int:
+            raise ConnectionRefusedError("broker 3: cannot listen on 127.0.0.1:9: in use")
+
+        commands.add_parser("fail", parents=[common]).set_defaults(func=fail)
+
+    layers = [Layer(register, failures=(ConnectionError,))]
+    parser = build("hop", "test", layers)
+    stand_in = _Writes()
+    monkeypatch.setattr(sys, "stderr", stand_in)
+    assert run(parser, layers, ["fail"]) == EXIT_FAILURE
+    assert stand_in.calls == ["hop fail: broker 3: cannot listen on 127.0.0.1:9: in use\n"]

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -55,6 +54,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
+from broker import logs
 from monitor.analysis import queries
 from monitor.analysis.staging import stage_traces
 from monitor.analysis.visits import ClassRouting, solve_visit_ratios
@@ -229,10 +229,10 @@ def main(argv: list[str] | None = None) -> int:
             args.run_dir,
             master=args.master,
             window=args.window,
-            progress=lambda line: print(line, file=sys.stderr, flush=True),
+            progress=logs.say,
         )
     except TraceError as exc:
-        print(f"hop analyze: {exc}", file=sys.stderr)
+        logs.say(f"hop analyze: {exc}")
         return 2
     for name, rows in summary["tables"].items():
         print(f"{name}.parquet: {rows} rows")
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         f"results in {summary['outputs']}"
     )
     for line in summary["problems"]:
-        print(f"problem: {line}", file=sys.stderr)
+        logs.say(f"problem: {line}")
     for line in summary["warnings"]:
-        print(f"warning: {line}", file=sys.stderr)
+        logs.say(f"warning: {line}")
     return 0
