@@ -68,10 +68,9 @@ def test_hop_net_reports_a_taken_port(tmp_path: Path) -> None:
         result = run_hop("net", str(net.file))
     assert result.returncode == 1
     # The broker's own one-line message, then hop net's: no traceback, no "bug".
-    assert f"hop broker: broker 3: cannot listen on {host}:{port}: address already in use\n" in (
-        result.stderr
-    )
-    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    said = f"hop broker: broker 3: cannot listen on {host}:{port}: address already in use\n"
+    assert said in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr, result.stderr
 
 
 def stopped_by_sigterm(
