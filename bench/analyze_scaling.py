@@ -31,8 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bench.common import process_cpu_s, write_result
-from broker.process import unwind_on_sigterm
+from bench.common import write_result
+from broker.process import process_cpu_s, unwind_on_sigterm
 from broker.trace.schema import DELIVERIES, HOPS, PUBLICATIONS
 
 BROKERS = range(1, 16)

@@ -74,7 +74,7 @@ from typing import Any, Protocol
 import msgpack
 import trio
 
-from bench.common import REPO, lookup, median, paired_ratios, process_cpu_s, write_result
+from bench.common import REPO, lookup, median, paired_ratios, write_result
 from bench.throughput import (
     HOST,
     MATCHING_FILTER,
@@ -84,6 +84,7 @@ from bench.throughput import (
     percentile,
     subscribe_all,
 )
+from broker.process import process_cpu_s
 
 SYSTEMS = (
     "hop-trio",

@@ -149,12 +149,6 @@ def paired_ratios(
     return [round(a[rep] / b[rep], 3) for rep in sorted(a.keys() & b.keys()) if b[rep]]
 
 
-def process_cpu_s(pid: int) -> float:
-    """CPU time (user + system) process ``pid`` has used so far, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def write_result(name: str, result: dict[str, Any], out: Path | None = None) -> Path:
     """Write `result` (with machine facts) as JSON to bench/results/NAME.json."""
     path = out or RESULTS_DIR / f"{name}.json"

@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.client_api import LOW_RATE, Broker, available, scenario
-from bench.common import REPO, alternating, median, process_cpu_s, write_result
+from bench.common import REPO, alternating, median, write_result
 from broker.local_network import free_base_port
+from broker.process import process_cpu_s
 
 SYSTEMS = (
     "hop-trio",

@@ -41,10 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.client_api import LOW_RATE, TIMELINE_ENV, Broker, available, run_workers, summarize_run
-from bench.common import alternating, median, process_cpu_s, write_result
+from bench.common import alternating, median, write_result
 from bench.latency_floor import FloorRelay
 from bench.throughput import retry_ports, start_process, stop_process
 from broker.local_network import free_base_port
+from broker.process import process_cpu_s
 from topologies.generators import chain, to_toml
 
 SYSTEMS = ("hop-trio", "floor-trio-route", "floor-trio", "mosquitto-gmqtt")

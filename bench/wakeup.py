@@ -6,7 +6,7 @@ caches on a vCPU that was halted) is paid per event. This benchmark publishes at
 fixed low rates through one broker and through the relay (``bench.relay``, which
 only decodes and re-sends), alternating, and reports per event the on-CPU time of
 the broker or relay process, from the kernel's nanosecond run-time accounting
-(``/proc/PID/task/*/schedstat``; ``/proc/PID/stat`` counts 10 ms ticks), and the
+(the process's CPU clock, ``broker.process.process_cpu_s``), and the
 p50 latency. It explains the latency targets of ``python -m bench``: when the
 trivial relay itself needs ~200 us of CPU per event at 400 events/s, a hop cannot
 cost much less.
@@ -27,21 +27,10 @@ import trio
 
 from bench import throughput
 from bench.common import median, write_result
-from broker.process import unwind_on_sigterm
+from broker.process import process_cpu_s, unwind_on_sigterm
 
 RATES = (400.0, 2000.0)
 FILLER = throughput.TOTAL_SUBSCRIPTIONS - 1
-
-
-def on_cpu_s(pid: int) -> float:
-    """Seconds process ``pid`` has run on a CPU, all its threads (ns accounting)."""
-    return (
-        sum(
-            int(path.read_text().split()[0])
-            for path in Path(f"/proc/{pid}/task").glob("*/schedstat")
-        )
-        / 1e9
-    )
 
 
 async def measure(
@@ -54,9 +43,9 @@ async def measure(
         pub = await system.publisher(stack)
         await trio.sleep(0.5)  # the subscription settled, the filler's replies read
         count = int(rate * seconds)
-        before = on_cpu_s(pid)
+        before = process_cpu_s(pid)
         samples, achieved = await throughput.rate_limited([pub], [sub], 0, count, rate)
-        cpu_s = on_cpu_s(pid) - before
+        cpu_s = process_cpu_s(pid) - before
     latencies = [latency for _, latency in samples]
     return {
         "rate": rate,

@@ -95,10 +95,18 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+_CPUCLOCK_SCHED = 2
+"""Linux's id for a CPU clock counting scheduled run time to the nanosecond."""
+
+
 def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds process `pid` has used so far: user and system time of all its
+    threads, ended ones included, to the nanosecond. OSError once it is reaped.
+
+    It reads the process's POSIX CPU clock (the id `clock_getcpuclockid` makes,
+    computed here as Linux defines it). /proc/PID/stat would count 10 ms ticks,
+    too coarse for the CPU of a few hundred events."""
+    return time.clock_gettime((~pid << 3) | _CPUCLOCK_SCHED)
 
 
 def port_accepts(host: str, port: int, timeout: float = 0.2) -> bool:
