@@ -1,18 +1,21 @@
 """Tests of the asyncio client (`client.asyncio_client`) against the fake broker of
 tests/fake_broker.py, run in a trio loop of its own thread, on loopback; each test runs
-its client in ``asyncio.run``. The TLS network test is in tests/test_tls.py, the real
-broker's in tests/test_bench_client_api.py."""
+its client in a fresh event loop, once on asyncio's own and once on uvloop. The TLS
+network test is in tests/test_tls.py, the real broker's in
+tests/test_bench_client_api.py."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
 import trio
+import uvloop
 
 import client
 from broker.protocol import (
@@ -26,6 +29,7 @@ from broker.protocol import (
     encode_frame,
 )
 from routing import FilterSyntaxError
+from tests.event_loops import LOOPS, run_on
 from tests.fake_broker import FakeBroker, fake_broker_thread
 
 _T = TypeVar("_T")
@@ -39,14 +43,20 @@ def thread_broker() -> Iterator[FakeBroker]:
         yield fake
 
 
+@pytest.fixture(autouse=True, params=sorted(LOOPS))
+def loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs on each event loop of `LOOPS`."""
+    monkeypatch.setattr(sys.modules[__name__], "LOOP", request.param)
+    return str(request.param)
+
+
+LOOP = "asyncio"
+"""The event loop `run` uses: set by the `loop` fixture for each test."""
+
+
 def run(scenario: Callable[[], Awaitable[_T]]) -> _T:
-    """``scenario()`` in a fresh asyncio loop, failing after 10 s."""
-
-    async def bounded() -> _T:
-        async with asyncio.timeout(10):
-            return await scenario()
-
-    return asyncio.run(bounded())
+    """``scenario()`` in a fresh loop of the test's kind, failing after 10 s."""
+    return run_on(LOOP, scenario, 10)
 
 
 def connect(fake: FakeBroker, name: str = "a1", **kwargs: Any) -> Any:
@@ -63,8 +73,9 @@ async def until(condition: Callable[[], bool]) -> None:
         await asyncio.sleep(0.005)
 
 
-def test_subscribe_publish_next_round_trip(thread_broker: FakeBroker) -> None:
+def test_subscribe_publish_next_round_trip(thread_broker: FakeBroker, loop: str) -> None:
     async def scenario() -> None:
+        assert isinstance(asyncio.get_running_loop(), uvloop.Loop) == (loop == "uvloop")
         async with connect(thread_broker) as c:
             assert c.connected
             sub = await c.subscribe("family = 7 and price < 120.5")

@@ -71,6 +71,8 @@ def test_medians_targets_and_table() -> None:
         "hop-asyncio": [_system((80.0, 50.0, 200.0))],
         "hop-blocking": [_system((30.0, 20.0, 400.0))],
         "mosquitto-paho": [_system((40.0, 10.0, 300.0))],
+        "hop-asyncio-uvloop": [_system((95.0, 50.0, 190.0))],
+        "mosquitto-gmqtt-uvloop": [_system((100.0, 30.0, 180.0))],
     }
     systems = {name: client_api.summarize(runs) for name, runs in samples.items()}
     assert systems["hop-trio"]["fanout1"]["events_per_s"] == 110.0
@@ -85,6 +87,9 @@ def test_medians_targets_and_table() -> None:
         ("hop-asyncio", "p50 at 500/s"): True,
         ("hop-blocking", "1-to-1 events/s"): False,
         ("hop-blocking", "1-to-4 events/s"): True,
+        ("hop-asyncio-uvloop", "1-to-1 events/s"): False,  # against gmqtt on uvloop
+        ("hop-asyncio-uvloop", "1-to-4 events/s"): True,
+        ("hop-asyncio-uvloop", "p50 at 500/s"): False,
     }
     result = {
         "systems": systems,
@@ -128,13 +133,21 @@ def test_targets_pair_the_repetitions_both_systems_ran() -> None:
 def test_a_short_run_of_our_clients_in_their_own_processes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every system of ours delivers every event in every scenario; a handler variant
-    differs from its system only in the subscriber's loop, so it runs 1-to-1 only (a
-    subscriber process of each kind runs 1-to-4 in the first run)."""
+    """Every system of ours delivers every event in every scenario; a handler or uvloop
+    variant differs from its system only in the subscriber's loop, so it runs 1-to-1
+    only (a subscriber process of each kind runs 1-to-4 in the first run)."""
     settings = client_api.Settings(repeats=1, events=300, latency_s=0.2)
     for ours, fanouts in (
         (["hop-trio", "hop-asyncio", "hop-blocking"], (1, 4)),
-        (["hop-trio-handler", "hop-asyncio-handler", "hop-blocking-handler"], (1,)),
+        (
+            [
+                "hop-trio-handler",
+                "hop-asyncio-handler",
+                "hop-blocking-handler",
+                "hop-asyncio-uvloop",
+            ],
+            (1,),
+        ),  # fmt: skip
     ):
         monkeypatch.setattr(client_api, "FANOUTS", fanouts)
         result = client_api.run(ours, settings, tmp_path)
@@ -164,6 +177,11 @@ def test_a_missing_mqtt_client_is_skipped_saying_why(
     )
     systems, skipped, path = client_api.available(list(client_api.SYSTEMS))
     assert "mosquitto-gmqtt" not in systems and "hop-trio" in systems
-    assert skipped == {"mosquitto-gmqtt": "gmqtt is not installed: pip install -e '.[bench]'"}
+    why = "gmqtt is not installed: pip install -e '.[bench]'"
+    assert skipped == {"mosquitto-gmqtt": why, "mosquitto-gmqtt-uvloop": why}
     assert path == "/usr/sbin/mosquitto"
     assert "skipping mosquitto-gmqtt: gmqtt is not installed" in capsys.readouterr().err
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "uvloop" else 1)
+    systems, skipped, _ = client_api.available(["hop-asyncio", "hop-asyncio-uvloop"])
+    assert systems == ["hop-asyncio"]
+    assert skipped == {"hop-asyncio-uvloop": "uvloop is not installed: pip install -e '.[bench]'"}

@@ -7,7 +7,6 @@ stranger's, with certificates of the same names and addresses)."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import ssl
 import subprocess
@@ -24,6 +23,7 @@ from broker.local_network import REPO, Network, free_base_port
 from broker.probe import fetch_stats
 from broker.process import BrokerProcesses
 from broker.security import ClientCredentials, client_ssl_context
+from tests.event_loops import LOOPS, run_on
 from topologies import Security, TlsFiles, Topology
 from topologies.generators import chain, kary_tree, to_toml
 
@@ -92,27 +92,25 @@ def test_events_cross_a_tls_network(tls_net: Network, certs: Path) -> None:
     assert path == ("2", "1", "3")
 
 
+@pytest.mark.parametrize("loop", sorted(LOOPS))
 def test_the_asyncio_client_over_tls_and_refused_in_plaintext_or_by_its_ca(
-    tls_net: Network, certs: Path, other_ca: Path
+    tls_net: Network, certs: Path, other_ca: Path, loop: str
 ) -> None:
     async def scenario() -> tuple[dict, tuple[str, ...]]:
         context = client_ssl_context(certs / "ca.pem")
-        async with asyncio.timeout(20):
-            with pytest.raises(client.ConnectionLost):
-                async with client.open_asyncio_client(*tls_net.address(1), name="plain"):
-                    pass
-            async with (
-                client.open_asyncio_client(
-                    *tls_net.address(3), name="sub", ssl_context=context
-                ) as sub_client,
-                client.open_asyncio_client(
-                    *tls_net.address(2), name="pub", ssl_context=context
-                ) as pub,
-            ):
-                sub = await sub_client.subscribe("n = 1")
-                await pub.publish({"n": 1, "blob": b"\x00" * 50_000})
-                delivery = await sub.next_delivery()
-                return delivery.attributes, delivery.path
+        with pytest.raises(client.ConnectionLost):
+            async with client.open_asyncio_client(*tls_net.address(1), name="plain"):
+                pass
+        async with (
+            client.open_asyncio_client(
+                *tls_net.address(3), name="sub", ssl_context=context
+            ) as sub_client,
+            client.open_asyncio_client(*tls_net.address(2), name="pub", ssl_context=context) as pub,
+        ):
+            sub = await sub_client.subscribe("n = 1")
+            await pub.publish({"n": 1, "blob": b"\x00" * 50_000})
+            delivery = await sub.next_delivery()
+            return delivery.attributes, delivery.path
 
     async def stranger() -> None:  # trusting another CA: the broker's certificate fails
         context = client_ssl_context(other_ca / "ca.pem")
@@ -120,9 +118,9 @@ def test_the_asyncio_client_over_tls_and_refused_in_plaintext_or_by_its_ca(
             pass
 
     with pytest.raises(client.ConnectionLost, match="TLS with the broker at .* failed") as info:
-        asyncio.run(stranger())
+        run_on(loop, stranger, 20)
     assert isinstance(info.value.__cause__, ssl.SSLCertVerificationError), repr(info.value)
-    attributes, path = asyncio.run(scenario())
+    attributes, path = run_on(loop, scenario, 20)
     assert attributes == {"n": 1, "blob": b"\x00" * 50_000}
     assert path == ("2", "1", "3")
     assert tls_net.procs.failed() == {}
