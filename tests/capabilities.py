@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Mapping
@@ -136,6 +137,14 @@ def _sched_idle() -> str | None:
     return None
 
 
+def _raise_priority() -> str | None:
+    if not hasattr(os, "SCHED_IDLE"):
+        return "this platform has no SCHED_IDLE scheduling policy (Linux has)"
+    if os.geteuid() != 0 and resource.getrlimit(resource.RLIMIT_NICE)[0] < 20:
+        return "leaving idle priority needs root (CAP_SYS_NICE) or an RLIMIT_NICE of 20"
+    return None
+
+
 def _procfs() -> str | None:
     if not Path("/proc/self/task").is_dir():
         return "/proc (with /proc/PID/task) is not mounted"
@@ -196,6 +205,12 @@ CAPABILITIES: dict[str, Capability] = {
         ),
         Capability("sched_idle", "idle-priority CPU spinners", "run on Linux", _sched_idle),
         Capability("procfs", "reading processes from /proc", "run on Linux", _procfs),
+        Capability(
+            "raise_priority",
+            "giving a process at idle priority normal priority back",
+            "run the tests as root, or with `ulimit -e 20`",
+            _raise_priority,
+        ),
     )
 }
 

@@ -218,3 +218,30 @@ def _read_all(fd: int) -> bytes:
     while chunk := os.read(fd, 65536):
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+@pytest.mark.needs("raise_priority", "procfs")
+def test_a_writer_finishes_at_close_on_a_host_others_keep_busy(tmp_path: Path) -> None:
+    """The writer runs at idle priority; with every core busy at normal priority it
+    would get next to no CPU, and a stopping broker would wait past its stop's timeout
+    for the last rows. At close it gets normal priority back."""
+    recorder = HopRecorder(tmp_path / "traces", "run", "1")
+    writer = recorder._writer.pid
+    assert os.sched_getscheduler(writer) == os.SCHED_IDLE
+    code = recorder.outcome_of(())
+    for n in range(2000):
+        recorder.add_read(("client:p", n, 1, 10, 0, 0), publish(n), event(n, code), end(1, n + 1))
+    spin = "while True: pass"
+    busy = [
+        subprocess.Popen([sys.executable, "-c", spin])
+        for _ in range(2 * len(os.sched_getaffinity(0)))
+    ]
+    try:
+        assert recorder.close(timeout_s=10) == 0
+    finally:
+        for proc in [*busy, recorder._writer]:
+            if proc.poll() is None:  # (the writer: only if it missed the timeout)
+                proc.kill()  # by PID
+            proc.wait()
+    rows = read_table(tmp_path, "hops").table
+    assert rows.num_rows == 2000

@@ -106,6 +106,19 @@ and per read: its `READ_FIELDS`, the length of its frames, its number of events,
 notes), the events' rows, then the frames of each read one after the other."""
 
 
+def _to_normal_priority(pid: int) -> None:
+    """Give the writer process `pid` normal CPU priority back for its last rows.
+
+    It runs at idle priority (`broker.trace.hop_writer`), which on a host whose cores
+    other processes keep busy gets next to no CPU: the broker, waiting for it to finish
+    the file, would outlast its stop's timeout and be killed with rows unwritten.
+    Leaving idle priority needs CAP_SYS_NICE or an RLIMIT_NICE of 20 (`ulimit -e 20`);
+    without either the writer stays as it is."""
+    with contextlib.suppress(AttributeError, OSError):  # not Linux, not permitted, or gone
+        os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+        os.setpriority(os.PRIO_PROCESS, pid, 0)
+
+
 class HopRecorder:
     """`hops` rows of one broker to RUN_DIR/traces/hops-brokerID-PID.arrow, written by a
     `broker.trace.hop_writer` process."""
@@ -212,6 +225,7 @@ class HopRecorder:
         if self._closed:
             return self._writer.returncode
         self._closed = True
+        _to_normal_priority(self._writer.pid)
         self.flush()
         self._blobs.put(None)
         self._shipper.join(timeout_s)
