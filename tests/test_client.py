@@ -386,7 +386,8 @@ async def test_a_publish_alone_in_time_is_written_at_once_a_burst_in_order(
 
 UNBOUNDED = 16 * OUTGOING_FRAMES
 """More 10 kB events than a stalled connection takes in: the kernel's buffers on
-loopback (growing to tens of MB), the trio client's queue and the hand-off."""
+loopback (growing to tens of MB), the trio client's queue and the blocking client's
+hand-off."""
 
 
 @pytest.mark.trio
