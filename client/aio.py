@@ -83,10 +83,12 @@ from broker.protocol import (
 from broker.security import secret_from_env
 from client.calls import (
     ClientCalls,
+    QueuedSubscription,
     Reconnect,
     ReplyKey,
     as_filter,
     check_callback,
+    check_connection_callbacks,
     reconnect_policy,
     reply_key,
 )
@@ -163,7 +165,7 @@ def _outgoing_queue(fd: int | None) -> SharedOutQueue:
     return SharedOutQueue(OUTGOING_FRAMES, OUTGOING_FRAMES, Outgoing(), _SendCounters(), fd)
 
 
-class AsyncSubscription:
+class AsyncSubscription(QueuedSubscription):
     """A subscription of an ``AsyncClient``: ``await sub.next()`` or ``async for event in
     sub`` give the attributes of each delivered event. Iteration ends (after what was
     already queued) when the subscription is unsubscribed or the client is closed; a
@@ -178,31 +180,12 @@ class AsyncSubscription:
     """
 
     def __init__(self, client: "AsyncClient", sub_id: int, filter: Filter) -> None:
-        self.id = sub_id
-        self.filter = filter
+        super().__init__(sub_id, filter)
         self._client = client
-        # The deliveries not yet taken, and where consumers wait for more (a deque
-        # rather than a memory channel: a third of the cost per delivery).
-        self._queue: deque[Delivery] = deque()
-        self._arrived = trio.lowlevel.ParkingLot()
-        self._active = True
-        self._end: ConnectionLost | None = None  # why it ended; None: unsubscribed
-        self._acked = False  # the broker acknowledged it once: resubscribe on reconnect
-        self._handler: Callable[[Delivery], object] | None = None  # see `_hand_off`
+        self._arrived = trio.lowlevel.ParkingLot()  # where consumers wait for more
         self._on_end: Callable[[], object] | None = None
 
-    def __repr__(self) -> str:
-        return f"<AsyncSubscription {self.id} {str(self.filter)!r}>"
-
-    @property
-    def active(self) -> bool:
-        """True until unsubscribed or the connection ends."""
-        return self._active
-
     async def next_delivery(self) -> Delivery:
-        """The next delivery, waiting for one. Raises ``SubscriptionClosed`` once
-        unsubscribed and drained, ``ConnectionLost`` once the connection ended and
-        drained."""
         queue = self._queue
         if queue:  # a checkpoint all the same, as trio's channels do
             await trio.lowlevel.checkpoint_if_cancelled()
@@ -223,19 +206,6 @@ class AsyncSubscription:
         batch = list(queue)
         queue.clear()
         return batch
-
-    async def next(self) -> dict[str, Any]:
-        """The attributes of the next event (see ``next_delivery``)."""
-        return (await self.next_delivery()).attributes
-
-    def __aiter__(self) -> "AsyncSubscription":
-        return self
-
-    async def __anext__(self) -> dict[str, Any]:
-        try:
-            return await self.next()
-        except (SubscriptionClosed, ClientClosed):
-            raise StopAsyncIteration from None
 
     async def _wait(self) -> None:
         """Wait until a delivery is queued, reading the connection meanwhile if nobody
@@ -280,14 +250,6 @@ class AsyncSubscription:
             self._arrived.unpark_all()
             if self._on_end is not None:
                 self._on_end()
-
-    def _handled(self) -> ClientError:
-        return ClientError(f"subscription {self.id} hands its deliveries to its handler")
-
-    def _ended(self) -> ClientError:
-        if self._end is None:
-            return SubscriptionClosed(f"subscription {self.id} is unsubscribed")
-        return fresh_copy(self._end)
 
 
 class _Reply:
@@ -1017,9 +979,7 @@ async def open_client(
     block, and an exception they raise ends the client and leaves this block (a
     TypeError, before connecting, for an async function or a non-callable).
     """
-    for fn, what in ((on_disconnect, "on_disconnect"), (on_reconnect, "on_reconnect")):
-        if fn is not None:
-            check_callback(fn, what)
+    check_connection_callbacks(on_disconnect, on_reconnect)
     policy = reconnect_policy(reconnect)
     try:
         async with trio.open_nursery() as nursery:

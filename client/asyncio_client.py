@@ -68,19 +68,19 @@ from broker.security import secret_from_env
 from client.aio import CLOSE_TIMEOUT, OUTGOING_FRAMES, RECEIVE_SIZE, WRITE_THROUGH_GAP_NS
 from client.calls import (
     ClientCalls,
+    QueuedSubscription,
     Reconnect,
     ReplyKey,
     as_filter,
     check_callback,
+    check_connection_callbacks,
     reconnect_policy,
     reply_key,
 )
 from client.errors import (
     BrokerError,
     ClientClosed,
-    ClientError,
     ConnectionLost,
-    SubscriptionClosed,
     fresh_copy,
     lost,
 )
@@ -97,7 +97,7 @@ from routing import Filter
 __all__ = ["AsyncioClient", "AsyncioSubscription", "open_asyncio_client"]
 
 
-class AsyncioSubscription:
+class AsyncioSubscription(QueuedSubscription):
     """A subscription of an ``AsyncioClient``: ``await sub.next()`` or ``async for event in
     sub`` give the attributes of each delivered event, as ``client.AsyncSubscription``
     does (iteration ends once unsubscribed or the client is closed, after what was
@@ -105,28 +105,11 @@ class AsyncioSubscription:
     application must consume what it subscribes to."""
 
     def __init__(self, client: AsyncioClient, sub_id: int, filter: Filter) -> None:
-        self.id = sub_id
-        self.filter = filter
+        super().__init__(sub_id, filter)
         self._client = client
-        self._queue: deque[Delivery] = deque()
-        self._waiters: list[asyncio.Future[None]] = []
-        self._active = True
-        self._end: ConnectionLost | None = None  # why it ended; None: unsubscribed
-        self._acked = False  # the broker acknowledged it once: resubscribe on reconnect
-        self._handler: Callable[[Delivery], object] | None = None
-
-    def __repr__(self) -> str:
-        return f"<AsyncioSubscription {self.id} {str(self.filter)!r}>"
-
-    @property
-    def active(self) -> bool:
-        """True until unsubscribed or the connection ends."""
-        return self._active
+        self._waiters: list[asyncio.Future[None]] = []  # consumers waiting for more
 
     async def next_delivery(self) -> Delivery:
-        """The next delivery, waiting for one. Raises ``SubscriptionClosed`` once
-        unsubscribed and drained, ``ConnectionLost`` once the connection ended and
-        drained."""
         if not self._queue:
             await self._wait()
         return self._queue.popleft()
@@ -140,26 +123,13 @@ class AsyncioSubscription:
         queue.clear()
         return batch
 
-    async def next(self) -> dict[str, Any]:
-        """The attributes of the next event (see ``next_delivery``)."""
-        return (await self.next_delivery()).attributes
-
-    def __aiter__(self) -> AsyncioSubscription:
-        return self
-
-    async def __anext__(self) -> dict[str, Any]:
-        try:
-            return await self.next()
-        except (SubscriptionClosed, ClientClosed):
-            raise StopAsyncIteration from None
-
     async def _wait(self) -> None:
         """Wait until a delivery is queued; raise why none will come."""
         while not self._queue:
             if not self._active:
                 raise self._ended()
             if self._handler is not None:
-                raise ClientError(f"subscription {self.id} hands its deliveries to its handler")
+                raise self._handled()
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
             try:
@@ -195,11 +165,6 @@ class AsyncioSubscription:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
-
-    def _ended(self) -> ClientError:
-        if self._end is None:
-            return SubscriptionClosed(f"subscription {self.id} is unsubscribed")
-        return fresh_copy(self._end)
 
 
 class _Link(asyncio.BufferedProtocol):
@@ -372,9 +337,7 @@ class AsyncioClient(ClientCalls[AsyncioSubscription]):
     ) -> AsyncioClient:
         """Connect to the broker at ``host``:``port`` as client ``name``, with the
         arguments and errors of ``client.open_client``."""
-        for fn, what in ((on_disconnect, "on_disconnect"), (on_reconnect, "on_reconnect")):
-            if fn is not None:
-                check_callback(fn, what)
+        check_connection_callbacks(on_disconnect, on_reconnect)
         if secret is None:
             secret = secret_from_env()
         hello = Hello(PROTOCOL_VERSION, "client", name, secret)

@@ -1,16 +1,19 @@
 """What the trio and asyncio clients share of their callers' side: the reconnecting
 policy, the checks of a caller's filter and callbacks, how the broker's answers name
-the requests they answer, and the calls both make alike through their own requests
-(`ClientCalls`: ``unsubscribe``, ``flush``, ``ping``)."""
+the requests they answer, a subscription's state and the calls built on its
+``next_delivery`` (`QueuedSubscription`), and the calls both clients make alike through
+their own requests (`ClientCalls`: ``unsubscribe``, ``flush``, ``ping``)."""
 
 from __future__ import annotations
 
 import inspect
 import time
+from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from broker.protocol import (
     Flush,
@@ -24,7 +27,8 @@ from broker.protocol import (
     Unsubscribe,
     Welcome,
 )
-from client.errors import ClientClosed, ConnectionLost, fresh_copy
+from client.errors import ClientClosed, ClientError, ConnectionLost, SubscriptionClosed, fresh_copy
+from client.events import Delivery
 from routing import Filter, parse_filter
 
 
@@ -64,6 +68,15 @@ def check_callback(fn: Any, what: str) -> None:
         )
 
 
+def check_connection_callbacks(
+    on_disconnect: Callable[..., object] | None, on_reconnect: Callable[..., object] | None
+) -> None:
+    """`check_callback` of a client's ``on_disconnect`` and ``on_reconnect``, if given."""
+    for fn, what in ((on_disconnect, "on_disconnect"), (on_reconnect, "on_reconnect")):
+        if fn is not None:
+            check_callback(fn, what)
+
+
 def as_filter(filter: str | Filter) -> Filter:
     """A subscription's filter from the caller's text or ``routing.Filter``."""
     if isinstance(filter, Filter):
@@ -88,6 +101,58 @@ ReplyKey = tuple[type[Message], int]
 def reply_key(message: Message) -> ReplyKey:
     """The key of the request that ``message`` (an answer in REPLY_KEY) answers."""
     return (type(message), REPLY_KEY[type(message)](message))
+
+
+class QueuedSubscription(ABC):
+    """What the trio and asyncio clients' subscriptions share: their id and filter, their
+    queue of deliveries and state, and the calls built on ``next_delivery``. Each client
+    adds how a consumer waits for a delivery and how one arrives."""
+
+    def __init__(self, sub_id: int, filter: Filter) -> None:
+        self.id = sub_id
+        self.filter = filter
+        # The deliveries not yet taken (a deque rather than a trio memory channel: a
+        # third of the cost per delivery).
+        self._queue: deque[Delivery] = deque()
+        self._active = True
+        self._end: ConnectionLost | None = None  # why it ended; None: unsubscribed
+        self._acked = False  # the broker acknowledged it once: resubscribe on reconnect
+        self._handler: Callable[[Delivery], object] | None = None  # see `_hand_off`
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id} {str(self.filter)!r}>"
+
+    @property
+    def active(self) -> bool:
+        """True until unsubscribed or the connection ends."""
+        return self._active
+
+    @abstractmethod
+    async def next_delivery(self) -> Delivery:
+        """The next delivery, waiting for one. Raises ``SubscriptionClosed`` once
+        unsubscribed and drained, ``ConnectionLost`` once the connection ended and
+        drained."""
+
+    async def next(self) -> dict[str, Any]:
+        """The attributes of the next event (see ``next_delivery``)."""
+        return (await self.next_delivery()).attributes
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        try:
+            return await self.next()
+        except (SubscriptionClosed, ClientClosed):
+            raise StopAsyncIteration from None
+
+    def _handled(self) -> ClientError:
+        return ClientError(f"subscription {self.id} hands its deliveries to its handler")
+
+    def _ended(self) -> ClientError:
+        if self._end is None:
+            return SubscriptionClosed(f"subscription {self.id} is unsubscribed")
+        return fresh_copy(self._end)
 
 
 class Subscription(Protocol):
