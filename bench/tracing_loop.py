@@ -48,7 +48,7 @@ class LoopBroker:
         tracing = broker.tracer is not None
         counters = LinkCounters()
         queue = OutQueue(1_000_000, broker.config.batch_frames, broker.outgoing, counters, None)
-        conn = Connection("acceptor", keep_frames=tracing)
+        conn = Connection("acceptor", keep_frames=tracing, keep_payloads=True)
         conn.receive_data(Connection("initiator").send(Hello(PROTOCOL_VERSION, "client", name)))
         conn.send(Welcome(PROTOCOL_VERSION, broker.name))
         link = Link(link_id, "client", name, None, conn, queue, counters)  # type: ignore[arg-type]
@@ -69,7 +69,10 @@ class LoopBroker:
             t_read, cpu_read = (time.time_ns(), time.thread_time_ns()) if tracing else (0, 0)
             messages = link.conn.receive_data(data)
             events += len(messages)
-            await broker._handle_read(link, messages, link.conn.received_frames, t_read, cpu_read)
+            conn = link.conn
+            await broker._handle_read(
+                link, messages, conn.received_payloads, conn.received_frames, t_read, cpu_read
+            )
             drain(self.subscriber)
         return (time.thread_time_ns() - started) / events / 1e3
 

@@ -8,12 +8,14 @@ and are re-exported here.
 Framing: a 4-byte big-endian unsigned length, then that many bytes of msgpack payload.
 A length of 0, or above the connection's ``max_frame``, is refused as soon as the four
 length bytes are in, without waiting for (or buffering) the body. The payloads are
-decoded by one msgpack stream decoder (``msgpack.Unpacker``) per connection, fed what
-arrives, rather than by one ``unpackb`` call per frame on a slice of a buffer
-(`Connection._parse_frames`; ~0.05 us less per frame, of ~1.8 us for a client's
-Deliver); each payload must end exactly where its frame does. A broker sends a
-client its Delivers joined into `Deliveries` frames (`join_frames`), which
-``receive_data`` returns as the Delivers they carry.
+buffered by one msgpack stream decoder (``msgpack.Unpacker``) per connection, fed what
+arrives; each payload is taken out of it as bytes and decoded by one ``unpackb`` call,
+and must be exactly one object (`Connection._parse_frames`). With ``keep_payloads``
+those bytes are kept beside the messages (``received_payloads``), so that a broker can
+forward an event by splicing its own id into the bytes it received instead of encoding
+the event again (`RoutedFrames.publish_received`). A broker sends a client its Delivers
+joined into `Deliveries` frames (`join_frames`), which ``receive_data`` returns as the
+Delivers they carry.
 
 Sides. The *initiator* opened the TCP connection: it sends Hello, then waits for Welcome.
 The *acceptor* waits for Hello, then answers Welcome (or Error to refuse it). Only brokers
@@ -47,7 +49,7 @@ from enum import Enum
 from typing import Any, Literal
 
 import msgpack
-from msgpack import OutOfData
+from msgpack import ExtraData
 
 from broker.limits import ERR_LIMIT, Limits
 from broker.messages import (
@@ -309,6 +311,8 @@ class RoutedFrames:
         self.broker_id = broker_id
         self.max_frame = max_frame
         self._heads: dict[int, bytes] = {}
+        self._first_hop = msgpack.packb([broker_id])  # the path of a forwarded event
+        self._first_hop_extra = len(self._first_hop) - 1  # its growth over the empty path
 
     def publish(self, event: Publish) -> bytes:
         """``forwarded_frame(event, broker_id, max_frame)``."""
@@ -317,9 +321,36 @@ class RoutedFrames:
             return _framed("Publish", payload, self.max_frame)  # raises
         return _LENGTH.pack(len(payload)) + payload
 
+    def publish_received(self, event: Publish, payload: bytes) -> bytes:
+        """`publish` of ``event``, which was decoded from ``payload``: the forwarded frame
+        spliced from those bytes (this broker's id put into the empty path) when the event
+        came from its publisher in the encoding msgpack gives it, else encoded again.
+
+        The frame decodes to the same message as ``publish(event)``; its bytes are those
+        of ``payload`` but for the path (a publisher's own encoding of a field, say a
+        float32, is kept). The splice is only taken when the payload's last ten bytes can
+        be nothing but the empty path (0x90) and the time as a uint64 (0xcf and its 8
+        bytes): a shorter encoding of the time that ended the payload would have its own
+        first byte where the time's big-endian bytes are zero, and the other encodings
+        of an empty array end in 0x00."""
+        if (
+            not event.path
+            and len(payload) > 10
+            and payload[-10] == 0x90
+            and payload[-9] == 0xCF
+            and payload[:2] == PUBLISH_HEAD
+            and int.from_bytes(payload[-8:], "big") == event.t_publish_ns
+        ):
+            length = len(payload) + self._first_hop_extra
+            if length <= self.max_frame:
+                return b"".join(
+                    (_LENGTH.pack(length), payload[:-10], self._first_hop, payload[-9:])
+                )
+        return self.publish(event)
+
     def deliver(self, publish_frame: bytes, sub_ids: list[int]) -> bytes:
         """``deliver_frame(publish_frame, sorted(sub_ids), max_frame)`` of a frame made
-        by `publish`."""
+        by `publish` or `publish_received`."""
         if len(sub_ids) == 1 and type(sub_ids[0]) is int:  # nearly always
             sub_id = sub_ids[0]
             head = self._heads.get(sub_id)
@@ -405,18 +436,11 @@ def error_frame(code: str, message: str) -> bytes:
     return encode_frame(Error(code, message))
 
 
-def _not_msgpack(exc: Exception) -> ProtocolError:
-    """A payload the stream decoder could not decode; OutOfData: it runs past its frame
-    and the bytes after it (the words of ``unpackb`` on that frame alone)."""
-    return not_msgpack(ValueError("incomplete input") if isinstance(exc, OutOfData) else exc)
-
-
-def _payload_end(past: int) -> ProtocolError:
-    """A payload decoded to one object that ends ``past`` bytes after its frame (< 0:
-    before it)."""
-    if past < 0:
-        return not_msgpack(ValueError(f"extra data ({-past} bytes after the object)"))
-    return not_msgpack(ValueError("incomplete input (the object runs past its frame)"))
+def _not_one_object(exc: Exception) -> ProtocolError:
+    """A payload ``unpackb`` could not decode to exactly one object (``exc``, its error)."""
+    if isinstance(exc, ExtraData):
+        return not_msgpack(ValueError(f"extra data ({len(exc.extra)} bytes after the object)"))
+    return not_msgpack(exc)
 
 
 def _bad_length(length: int, max_frame: int) -> ProtocolError:
@@ -445,6 +469,7 @@ class Connection:
         max_frame: int = DEFAULT_MAX_FRAME,
         limits: Limits | None = None,
         keep_frames: bool = False,
+        keep_payloads: bool = False,
         build_deliver: DeliverBuilder | None = None,
     ) -> None:
         if side not in ("initiator", "acceptor"):
@@ -461,14 +486,12 @@ class Connection:
         self._our_closed = False
         self._peer_closed = False
         self._error: ProtocolError | None = None
-        # The bytes received and not yet returned as messages are in the stream decoder:
-        # the frame at stream offset `_frame_start` (its length, once its prefix is read,
-        # in `_length`) and whatever follows it, up to offset `_fed`.
+        # The bytes received and not yet returned as messages are in the stream decoder's
+        # buffer (only its `read_bytes` is used): the frame at stream offset `_frame_start`
+        # (its length, once its prefix is read, in `_length`) and whatever follows it, up
+        # to offset `_fed`.
         self._payloads = msgpack.Unpacker(
-            raw=False,
-            strict_map_key=False,
-            read_size=_FEED_SIZE,
-            max_buffer_size=max_frame + 4 + _FEED_SIZE,
+            read_size=_FEED_SIZE, max_buffer_size=max_frame + 4 + _FEED_SIZE
         )
         self._fed = 0
         self._frame_start = 0
@@ -478,11 +501,16 @@ class Connection:
         self._limited: Limits | None = None  # the limits in force: a client peer, OPEN
         self._subscriptions: set[int] = set()  # a limited peer's subscriptions in force
         self._keep_frames = keep_frames
+        self._keep_payloads = keep_payloads
         self._decoders = DECODERS if build_deliver is None else decoders(build_deliver)
         self._decode_deliveries = deliveries_decoder(build_deliver or _build_deliver)
         self.received_frames: bytes | bytearray = b""
         """With `keep_frames`: the frames (length prefixes included) of the messages the
         last receive_data returned, as received (a broker's trace decodes them again)."""
+        self.received_payloads: list[bytes] = []
+        """With `keep_payloads`: the payload each message the last receive_data returned
+        came in, one per message, in their order (the Delivers of one `Deliveries` frame
+        share its payload)."""
         self._receivable = self._sendable = _NOTHING
         self._update_allowed()
 
@@ -534,18 +562,21 @@ class Connection:
             error = self._error
             raise ProtocolError(error.code, f"connection already failed: {error.message}")
         messages: list[Any] = []
+        payloads: list[bytes] | None = [] if self._keep_payloads else None
         begin = self._frame_start
         try:
             if len(data) <= _FEED_SIZE:  # nearly always: one read of a socket
                 self._feed(data)
-                self._parse_frames(messages)
+                self._parse_frames(messages, payloads)
             else:
                 for at in range(0, len(data), _FEED_SIZE):
                     self._feed(data[at : at + _FEED_SIZE])
-                    self._parse_frames(messages)
+                    self._parse_frames(messages, payloads)
         except ProtocolError as exc:
             self._fail(exc)
             raise
+        if payloads is not None:
+            self.received_payloads = payloads
         if self._keep_frames:  # hand the buffer over rather than copy the frames out
             buffer = self._buffer
             buffer += data
@@ -589,14 +620,14 @@ class Connection:
         self._payloads.feed(data)
         self._fed += len(data)
 
-    def _parse_frames(self, messages: list[Any]) -> None:
-        """Append the messages of all complete frames fed so far."""
+    def _parse_frames(self, messages: list[Any], payloads: list[bytes] | None) -> None:
+        """Append the messages of all complete frames fed so far, and their payloads to
+        ``payloads`` unless it is None."""
         max_frame = self._max_frame
         by_code = self._decoders
         receivable = self._receivable
         limited = self._limited
-        payloads = self._payloads
-        read_prefix, unpack, position = payloads.read_bytes, payloads.unpack, payloads.tell
+        read_bytes, unpackb = self._payloads.read_bytes, msgpack.unpackb
         fed = self._fed
         start, length = self._frame_start, self._length
         try:
@@ -604,23 +635,24 @@ class Connection:
                 if not length:
                     if fed - start < 4:
                         break
-                    length = int.from_bytes(read_prefix(4), "big")
+                    length = int.from_bytes(read_bytes(4), "big")
                     if not 0 < length <= max_frame:
                         raise _bad_length(length, max_frame)
                 stop = start + 4 + length
                 if stop > fed:
                     break
-                try:
-                    obj = unpack()
+                payload = read_bytes(length)
+                try:  # (its size limits default to the payload's length)
+                    obj = unpackb(payload, raw=False, strict_map_key=False)
                 except Exception as exc:  # msgpack's errors: ValueError subclasses, ...
-                    raise _not_msgpack(exc) from None
-                if position() != stop:
-                    raise _payload_end(position() - stop)
+                    raise _not_one_object(exc) from None
                 kind, message = message_of(obj, by_code)
                 if kind not in receivable:  # never a Deliveries: no test on the hot path
                     if kind is not Deliveries:
                         raise self._unexpected(kind, receiving=True)
                     self._receive_deliveries(message, messages)
+                    if payloads is not None:
+                        payloads += [payload] * (len(messages) - len(payloads))
                     start, length = stop, 0
                     continue
                 if limited is not None:
@@ -632,6 +664,8 @@ class Connection:
                     self._on_received(message)
                     receivable, limited = self._receivable, self._limited
                 messages.append(message)
+                if payloads is not None:
+                    payloads.append(payload)
                 start, length = stop, 0
         finally:
             self._frame_start, self._length = start, length

@@ -245,6 +245,41 @@ def test_kept_frames_are_those_of_the_returned_messages(chunk: int | None) -> No
     assert returned == len(messages)
 
 
+@pytest.mark.parametrize("chunk", [None, 7, 65536, 70_001], ids=lambda c: f"chunk={c}")
+def test_kept_payloads_are_those_of_the_returned_messages(chunk: int | None) -> None:
+    """With keep_payloads, `received_payloads` after each read holds the payload of each
+    message that read returned, in order (a broker splices forwarded events from them);
+    without it, none are kept."""
+    messages, frames = big_stream()
+    stream = b"".join(frames)
+    keeping, plain = Connection("acceptor", keep_payloads=True), Connection("acceptor")
+    for acceptor in (keeping, plain):
+        acceptor.receive_data(Connection("initiator").send(Hello(V, "broker", "n1")))
+        acceptor.send(Welcome(V, "b1"))
+    step = chunk or len(stream)
+    returned = 0
+    for at in range(0, len(stream), step):
+        got = keeping.receive_data(stream[at : at + step])
+        assert plain.receive_data(stream[at : at + step]) == got
+        assert keeping.received_payloads == [f[4:] for f in frames[returned : returned + len(got)]]
+        assert plain.received_payloads == []
+        returned += len(got)
+    assert returned == len(messages)
+
+
+def test_the_delivers_of_one_deliveries_frame_share_its_kept_payload() -> None:
+    delivers = [Deliver([i], f"e{i}", "p", EVENT, ["b1"], i) for i in range(3)]
+    messages = [*delivers[:2], SubAck(3), delivers[2]]
+    data = join_frames([encode_frame(m) for m in messages])
+    client = Connection("initiator", keep_payloads=True)
+    client.send(Hello(V, "client", "c1"))
+    client.receive_data(encode_frame(Welcome(V, "b1")))
+    assert client.receive_data(data) == messages
+    starts = [*frame_starts(data), len(data)]
+    payloads = [data[a + 4 : b] for a, b in zip(starts, starts[1:], strict=False)]
+    assert client.received_payloads == [payloads[0], payloads[0], payloads[1], payloads[2]]
+
+
 def test_send_reuses_a_preencoded_frame() -> None:
     event = Publish("e1", "p1", EVENT, ["b1"], 5)
     frame = encode_frame(event)

@@ -1,14 +1,20 @@
 """The frames built per event without building messages: a client's new event
 (`broker.protocol.new_event_frame`), and a broker's forwarded Publish
 (`forwarded_frame`) and Deliver spliced from it (`deliver_frame`) are byte for byte
-the messages encoded on their own, and are checked as such."""
+the messages encoded on their own, and are checked as such; a forwarded Publish
+spliced from the payload the broker received (`RoutedFrames.publish_received`)
+decodes to the same message."""
 
 from __future__ import annotations
 
+import contextlib
+
+import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from broker.messages import PUBLISH_HEAD
 from broker.protocol import (
     PROTOCOL_VERSION,
     Bye,
@@ -20,6 +26,7 @@ from broker.protocol import (
     RoutedFrames,
     Subscribe,
     Welcome,
+    decode_message,
     deliver_frame,
     encode_frame,
     forwarded_frame,
@@ -161,3 +168,98 @@ def test_send_encoded_checks_the_state_only() -> None:
     assert broker.send_encoded(Deliver, frame) is frame
     with pytest.raises(ValueError, match="changes the state"):
         broker.send_encoded(Bye, frame)
+
+
+# --- a broker's forwarded frame spliced from the payload it received ------------------
+
+
+def _ints(t: int) -> list[bytes]:
+    """The msgpack encodings of ``t``: msgpack's own and the wider ones that hold it."""
+    out = [msgpack.packb(t)]
+    for code, size, signed in ((0xCC, 1, False), (0xCD, 2, False), (0xCE, 4, False),
+                               (0xCF, 8, False), (0xD3, 8, True)):  # fmt: skip
+        with contextlib.suppress(OverflowError):
+            out.append(bytes((code,)) + t.to_bytes(size, "big", signed=signed))
+    return out
+
+
+def _arrays(items: list[str]) -> list[bytes]:
+    """The msgpack encodings of a list of strings: fixarray, array 16 and array 32."""
+    body = b"".join(msgpack.packb(item) for item in items)
+    n = len(items)
+    return [msgpack.packb(items), b"\xdc" + n.to_bytes(2, "big") + body,
+            b"\xdd" + n.to_bytes(4, "big") + body]  # fmt: skip
+
+
+def _strs(text: str) -> list[bytes]:
+    """The msgpack encodings of a short string: its own and str 8."""
+    data = text.encode()
+    return [msgpack.packb(text), b"\xd9" + bytes((len(data),)) + data]
+
+
+@given(
+    attributes=events,
+    event_id=st.text(max_size=8),
+    path=st.lists(st.text(max_size=5), max_size=3),
+    t_ns=st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    hop=st.text(min_size=1, max_size=8),
+    choice=st.tuples(st.integers(0, 1), st.integers(0, 2), st.integers(0, 5)),
+)
+def test_a_received_event_is_forwarded_as_the_message_it_was(
+    attributes: dict, event_id: str, path: list[str], t_ns: int, hop: str,
+    choice: tuple[int, int, int],
+) -> None:  # fmt: skip
+    """Whatever encoding the sender chose for the id, the path and the time, the frame
+    `publish_received` makes of its payload decodes to the event with this broker's hop,
+    as `publish` would send it; msgpack's own encoding of an event from its publisher
+    gives `publish`'s bytes exactly."""
+    ids, paths, times = _strs(event_id), _arrays(path), _ints(t_ns)
+    payload = b"".join((PUBLISH_HEAD, ids[choice[0]], msgpack.packb("pub"),
+                        msgpack.packb(attributes), paths[choice[1]],
+                        times[min(choice[2], len(times) - 1)]))  # fmt: skip
+    event = decode_message(payload)
+    # (compared encoded again: an attribute may be NaN)
+    assert encode_frame(event) == encode_frame(Publish(event_id, "pub", attributes, path, t_ns))
+    frames = RoutedFrames(hop)
+    frame = frames.publish_received(event, payload)
+    assert int.from_bytes(frame[:4], "big") == len(frame) - 4
+    assert encode_frame(decode_message(frame[4:])) == encode_frame(event.with_hop(hop))
+    if choice == (0, 0, 0):
+        assert frame == frames.publish(event)
+
+
+def test_the_splice_keeps_the_publishers_bytes_and_takes_only_what_proves_the_layout() -> None:
+    """The splice is taken for an event from its publisher whose payload ends in the empty
+    path and the time as a uint64 (a str 8 id stays str 8: the bytes were not encoded
+    again); any other ending is encoded again."""
+    t_ns = 1_800_000_000_000_000_000  # msgpack's own encoding of a time now: uint64
+    tail = b"\x90\xcf" + t_ns.to_bytes(8, "big")
+    head = PUBLISH_HEAD + b"\xd9\x01e" + msgpack.packb("p") + msgpack.packb({"n": 1})
+    event = decode_message(head + tail)
+    frames = RoutedFrames("b1")
+    spliced = frames.publish_received(event, head + tail)
+    assert b"\xd9\x01e" in spliced
+    assert spliced != frames.publish(event)
+    assert decode_message(spliced[4:]) == event.with_hop("b1")
+    for other in (
+        head + b"\x90\xd3" + t_ns.to_bytes(8, "big"),  # the time as an int64
+        head + b"\xdc\x00\x00\xcf" + t_ns.to_bytes(8, "big"),  # the path as an array 16
+        head + b"\x91\xa1a\xcf" + t_ns.to_bytes(8, "big"),  # a forwarded event
+        head + b"\x90\x05",  # a time that is not a uint64
+    ):
+        received = decode_message(other)
+        assert frames.publish_received(received, other) == frames.publish(received)
+
+
+def test_a_spliced_frame_over_the_maximum_is_encoded_again_or_refused() -> None:
+    """A publisher's wider encoding that would make the forwarded frame too long is
+    encoded again; an event too long either way is refused as `publish` refuses it."""
+    t_ns = 2**40
+    tail = b"\x90\xcf" + t_ns.to_bytes(8, "big")
+    wide = PUBLISH_HEAD + b"\xd9\x01e" + msgpack.packb("p") + msgpack.packb({"n": 1}) + tail
+    event = decode_message(wide)
+    size = len(encode_frame(event.with_hop("1"))) - 4  # one byte less than spliced
+    frames = RoutedFrames("1", max_frame=size)
+    assert frames.publish_received(event, wide) == frames.publish(event)
+    with pytest.raises(ProtocolError, match=f"Publish needs {size} bytes, over the maximum"):
+        RoutedFrames("1", max_frame=size - 1).publish_received(event, wide)
