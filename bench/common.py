@@ -8,6 +8,7 @@ import os
 import platform
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -48,6 +49,21 @@ def modified_files(checkout: Path) -> list[str] | None:
     if status.returncode != 0:
         return None
     return [line[3:] for line in status.stdout.splitlines()]
+
+
+@contextlib.contextmanager
+def worktree(revision: str) -> Iterator[tuple[Path, str]]:
+    """A temporary git worktree of ``revision`` (removed afterwards) and its short
+    revision: the other side of a comparison run in alternation with this checkout."""
+    with tempfile.TemporaryDirectory(prefix="bench-against-") as tmp:
+        checkout = Path(tmp) / "against"
+        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(checkout), revision],
+                       cwd=REPO, check=True)  # fmt: skip
+        try:
+            yield checkout, short_revision(checkout)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(checkout)], cwd=REPO,
+                           check=False)  # fmt: skip
 
 
 def machine_info() -> dict[str, Any]:

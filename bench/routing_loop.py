@@ -24,11 +24,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, median, short_revision, write_result
+from bench.common import REPO, median, worktree, write_result
 
 HARNESS = """
 import json, os, statistics, sys, time
@@ -122,16 +121,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=5, help="passes per round and side")
     parser.add_argument("--name", default="routing_loop", help="result file's name")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        theirs = Path(tmp) / "against"
-        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(theirs), args.against],
-                       cwd=REPO, check=True)  # fmt: skip
-        try:
-            revision = short_revision(theirs)
-            result = compare(REPO, theirs, args.rounds, args.events, args.reps)
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(theirs)], cwd=REPO,
-                           check=False)  # fmt: skip
+    with worktree(args.against) as (theirs, revision):
+        result = compare(REPO, theirs, args.rounds, args.events, args.reps)
     result["against"] = revision
     print(write_result(args.name, result))
     print(f"ours / {revision}: median {result['ratio_median']} "

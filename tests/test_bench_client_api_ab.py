@@ -1,0 +1,69 @@
+"""bench.client_api_ab: the two checkouts alternate, each target's ratios are paired
+run by run in the right direction, and a run that fails is reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import client_api_ab
+from bench.common import REPO
+
+
+def _result(one: float, p50: float) -> dict[str, Any]:
+    """A `bench.client_api` result of one repetition with these two ratios to gmqtt."""
+    return {"targets": [
+        {"what": "1-to-1 events/s", "ours": "hop-trio", "baseline": "mosquitto-gmqtt",
+         "ours_value": 100_000 * one, "ratios": [one]},
+        {"what": "p50 at 500/s", "ours": "hop-trio", "baseline": "mosquitto-gmqtt",
+         "ours_value": 200 * p50, "ratios": [p50]},
+        {"what": "1-to-1 events/s", "ours": "hop-blocking", "baseline": "mosquitto-paho",
+         "ours_value": None, "ratios": []},  # not measured
+    ]}  # fmt: skip
+
+
+def test_each_targets_ratios_are_paired_run_by_run() -> None:
+    ours = [_result(1.0, 1.2), _result(0.9, 1.1), _result(1.1, 1.3)]
+    theirs = [_result(0.8, 1.3), _result(1.0, 1.0), _result(1.0, 1.3)]
+    one, p50 = client_api_ab.summary(ours, theirs)  # the unmeasured target left out
+    assert (one["what"], one["higher_is_better"]) == ("1-to-1 events/s", True)
+    assert one["paired"] == [1.25, 0.9, 1.1]
+    assert (one["paired_median"], one["better_in"]) == (1.1, 2)
+    assert (one["ratio_median"], one["ratio_median_against"]) == (1.0, 1.0)
+    assert one["value_median"] == pytest.approx(100_000)
+    assert (p50["what"], p50["higher_is_better"]) == ("p50 at 500/s", False)
+    assert p50["paired"] == [0.923, 1.1, 1.0]
+    assert (p50["paired_range"], p50["better_in"]) == ([0.923, 1.1], 1)  # lower is better
+
+
+def test_a_target_missing_from_a_run_is_left_out() -> None:
+    ours, theirs = [_result(1.0, 1.0)], [_result(1.0, 1.0)]
+    theirs[0]["targets"] = theirs[0]["targets"][:1]  # its p50 run failed
+    assert [s["what"] for s in client_api_ab.summary(ours, theirs)] == ["1-to-1 events/s"]
+
+
+def test_the_checkouts_alternate_which_runs_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    order: list[Path] = []
+
+    def run_once(
+        checkout: Path, systems: list[str], events: int | None, out: Path
+    ) -> dict[str, Any]:
+        order.append(checkout)
+        return _result(1.0, 1.0)
+
+    monkeypatch.setattr(client_api_ab, "run_once", run_once)
+    results = client_api_ab.compare(tmp_path, 3, ["hop-trio", "mosquitto-gmqtt"], None)
+    assert order == [REPO, tmp_path, tmp_path, REPO, REPO, tmp_path]
+    assert [len(runs) for runs in results.values()] == [3, 3]
+
+
+def test_a_failing_run_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "bench").mkdir()  # a checkout whose code cannot run the benchmark
+    (tmp_path / "bench" / "__init__.py").write_text("raise ImportError('not a checkout')\n")
+    why = r"(?s)bench.client_api from .* exited with 1: .*ImportError: not a checkout"
+    with pytest.raises(RuntimeError, match=why):
+        client_api_ab.run_once(tmp_path, ["hop-trio"], 100, tmp_path / "out.json")
