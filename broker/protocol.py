@@ -155,6 +155,7 @@ __all__ = [
 
 DEFAULT_MAX_FRAME = 1_048_576
 _LENGTH = struct.Struct(">I")
+_EVENT_TAIL = struct.Struct(">BBQ")  # an empty path's fixarray, then a uint64's 0xcf and value
 _MAX_LENGTH = 2**32 - 1
 _FEED_SIZE = 65536  # receive_data hands msgpack's stream decoder at most this at a time
 DELIVERIES_PAYLOAD = 8192
@@ -336,10 +337,9 @@ class RoutedFrames:
         if (
             not event.path
             and len(payload) > 10
-            and payload[-10] == 0x90
-            and payload[-9] == 0xCF
+            and _EVENT_TAIL.unpack_from(payload, len(payload) - 10)
+            == (0x90, 0xCF, event.t_publish_ns)
             and payload[:2] == PUBLISH_HEAD
-            and int.from_bytes(payload[-8:], "big") == event.t_publish_ns
         ):
             length = len(payload) + self._first_hop_extra
             if length <= self.max_frame:
