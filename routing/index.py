@@ -364,10 +364,16 @@ class MatchIndex(Generic[K]):
         """`match` for an event already checked by `validate_event`."""
         out = set(self._always)
         attributes = self._attributes
-        for name, value in event.items():
-            attribute = attributes.get(name)
-            if attribute is not None:
-                attribute.collect(value, event, out)
+        if len(attributes) < len(event):  # look up the fewer names in the other's dict
+            for name, attribute in attributes.items():
+                value = event.get(name)
+                if value is not None:  # (an event's values are never None)
+                    attribute.collect(value, event, out)
+        else:
+            for name, value in event.items():
+                attribute = attributes.get(name)
+                if attribute is not None:
+                    attribute.collect(value, event, out)
         return out
 
     # -- filing -------------------------------------------------------------------
