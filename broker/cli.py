@@ -86,7 +86,7 @@ def run(parser: argparse.ArgumentParser, layers: Sequence[Layer], argv: list[str
         if isinstance(error, failures):
             logs.say(f"{parser.prog} {args.command}: {error}")
             return EXIT_FAILURE
-        traceback.print_exc()
+        logs.say(traceback.format_exc().rstrip("\n"))  # (print_exc writes line by line)
         problem = "internal error (a bug, not your input)"
         logs.say(f"{parser.prog} {args.command}: {problem}")
         return EXIT_FAILURE

@@ -371,9 +371,9 @@ class MatchIndex(Generic[K]):
                     attribute.collect(value, event, out)
         else:
             for name, value in event.items():
-                attribute = attributes.get(name)
-                if attribute is not None:
-                    attribute.collect(value, event, out)
+                filed = attributes.get(name)
+                if filed is not None:
+                    filed.collect(value, event, out)
         return out
 
     # -- filing -------------------------------------------------------------------

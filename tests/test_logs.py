@@ -78,3 +78,25 @@ def test_a_commands_message_is_one_write_with_its_newline(
     monkeypatch.setattr(sys, "stderr", stand_in)
     assert run(parser, layers, ["fail"]) == EXIT_FAILURE
     assert stand_in.calls == ["hop fail: broker 3: cannot listen on 127.0.0.1:9: in use\n"]
+
+
+def test_a_bugs_traceback_is_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command that fails with a bug writes its traceback whole, then its one-line
+    verdict: `traceback.print_exc` writes line by line, and another broker sharing
+    the stderr could put its record among the lines."""
+
+    def register(commands: Any, common: argparse.ArgumentParser) -> None:
+        def fail(args: argparse.Namespace) -> int:
+            raise KeyError("no such thing")
+
+        commands.add_parser("fail", parents=[common]).set_defaults(func=fail)
+
+    layers = [Layer(register)]
+    parser = build("hop", "test", layers)
+    stand_in = _Writes()
+    monkeypatch.setattr(sys, "stderr", stand_in)
+    assert run(parser, layers, ["fail"]) == EXIT_FAILURE
+    traceback_text, verdict = stand_in.calls
+    assert traceback_text.startswith("Traceback (most recent call last):\n")
+    assert traceback_text.endswith("KeyError: 'no such thing'\n")
+    assert verdict == "hop fail: internal error (a bug, not your input)\n"
