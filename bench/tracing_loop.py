@@ -62,14 +62,14 @@ class LoopBroker:
     async def cpu_per_event_us(self, reads: list[bytes]) -> float:
         """Handle `reads` as the broker's reader would; this thread's CPU us per event."""
         broker, link = self.broker, self.publisher
+        conn = link.conn
         events = 0
         started = time.thread_time_ns()
         for data in reads:
             tracing = broker.tracer is not None
             t_read, cpu_read = (time.time_ns(), time.thread_time_ns()) if tracing else (0, 0)
-            messages = link.conn.receive_data(data)
+            messages = conn.receive_data(data)
             events += len(messages)
-            conn = link.conn
             await broker._handle_read(
                 link, messages, conn.received_payloads, conn.received_frames, t_read, cpu_read
             )
