@@ -10,7 +10,8 @@ beside ours, so a target's ratio (ours / baseline, `bench.client_api.targets`) c
 less of the hour than ours alone. Writes bench/results/client_api_ab.json (``--out``):
 every run's summaries and, per target measured, each side's ratios and values, their
 medians, and per pair of runs next to each other the ratio of this side's ratio to
-REV's (below 1 is better for a latency, above 1 for a rate).
+REV's (below 1 is better for a latency, above 1 for a rate); and the same pairing of
+our broker's CPU per event at 1-to-1, which a change to the broker moves directly.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.client_api import SYSTEMS, TARGETS
-from bench.common import REPO, median, short_revision, worktree, write_result
+from bench.common import REPO, lookup, median, short_revision, worktree, write_result
 
 DEFAULT_SYSTEMS = ("hop-trio", "mosquitto-gmqtt")
 
@@ -78,6 +79,36 @@ def summary(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> list[di
     return out
 
 
+def broker_cpu(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per system of ours measured in every run of both sides: our broker's CPU per event
+    at 1-to-1 saturation per run, their medians, and the paired quotient (this side's
+    over REV's, run by run): a change to the broker's per-event work shows here before
+    it shows in a rate the three processes share."""
+    out = []
+    for system in ours[0]["systems"] if ours else []:
+        if not system.startswith("hop-"):
+            continue
+
+        def cpu(runs: list[dict[str, Any]], system: str = system) -> list[float] | None:
+            """Per run; None when some run did not measure it."""
+            values = [lookup(run["systems"], system, "fanout1", "broker_cpu_us_per_event")
+                      for run in runs]  # fmt: skip
+            return None if None in values else values
+
+        a, b = cpu(ours), cpu(theirs)
+        if not a or not b:
+            continue
+        paired = [round(x / y, 3) for x, y in zip(a, b, strict=False)]
+        out.append({
+            "system": system, "us_per_event": a, "us_per_event_against": b,
+            "median": median(a), "median_against": median(b),
+            "paired": paired, "paired_median": median(paired),
+            "paired_range": [min(paired), max(paired)],
+            "lower_in": sum(p < 1 for p in paired),
+        })  # fmt: skip
+    return out
+
+
 def compare(
     against: Path, runs: int, systems: list[str], events: int | None
 ) -> dict[str, list[dict[str, Any]]]:
@@ -113,6 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": f"python -m bench.client_api --repeats 1 --only {' '.join(args.only)}"
         + (f" --events {args.events}" if args.events else ""),
         "summary": summary(results["ours"], results["against"]),
+        "broker_cpu": broker_cpu(results["ours"], results["against"]),
         "runs": {
             side: [{k: r.get(k) for k in keep} for r in runs] for side, runs in results.items()
         },  # fmt: skip
@@ -124,6 +156,13 @@ def main(argv: list[str] | None = None) -> None:
             f"{s['ratio_median_against']:.3f} at {revision}; paired {s['paired_median']:.3f} "
             f"({s['paired_range'][0]}-{s['paired_range'][1]}), better in {s['better_in']} "
             f"of {len(s['paired'])}"
+        )
+    for c in result["broker_cpu"]:
+        print(
+            f"{c['system']} broker CPU per event at 1-to-1: {c['median']:.2f} us here, "
+            f"{c['median_against']:.2f} at {revision}; paired {c['paired_median']:.3f} "
+            f"({c['paired_range'][0]}-{c['paired_range'][1]}), lower in {c['lower_in']} "
+            f"of {len(c['paired'])}"
         )
 
 
