@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.client_api import SYSTEMS, TARGETS
-from bench.common import REPO, lookup, median, short_revision, worktree, write_result
+from bench.common import (
+    REPO,
+    lookup,
+    median,
+    paired_ratios,
+    short_revision,
+    worktree,
+    write_result,
+)
 
 DEFAULT_SYSTEMS = ("hop-trio", "mosquitto-gmqtt")
 
@@ -62,17 +70,17 @@ def summary(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> list[di
             continue  # not measured in some run (a system skipped or failed)
         ratio_a = [t["ratios"][0] for t in a]
         ratio_b = [t["ratios"][0] for t in b]
-        paired = [round(x / y, 3) for x, y in zip(ratio_a, ratio_b, strict=False)]
+        paired = paired_ratios(a, b, lambda t: t["ratios"][0])  # (run by run, in order)
         better = sum(p > 1 if higher[key] else p < 1 for p in paired)
+        values_a = [t["ours_value"] for t in a]
+        values_b = [t["ours_value"] for t in b]
         out.append({
             "what": target["what"], "ours": target["ours"], "baseline": target["baseline"],
             "higher_is_better": higher[key],
             "ratios": ratio_a, "ratios_against": ratio_b,
             "ratio_median": median(ratio_a), "ratio_median_against": median(ratio_b),
-            "values": [t["ours_value"] for t in a],
-            "values_against": [t["ours_value"] for t in b],
-            "value_median": median([t["ours_value"] for t in a]),
-            "value_median_against": median([t["ours_value"] for t in b]),
+            "values": values_a, "values_against": values_b,
+            "value_median": median(values_a), "value_median_against": median(values_b),
             "paired": paired, "paired_median": median(paired),
             "paired_range": [min(paired), max(paired)], "better_in": better,
         })  # fmt: skip
@@ -89,16 +97,14 @@ def broker_cpu(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> list
         if not system.startswith("hop-"):
             continue
 
-        def cpu(runs: list[dict[str, Any]], system: str = system) -> list[float] | None:
-            """Per run; None when some run did not measure it."""
-            values = [lookup(run["systems"], system, "fanout1", "broker_cpu_us_per_event")
-                      for run in runs]  # fmt: skip
-            return None if None in values else values
+        def cpu(run: dict[str, Any], system: str = system) -> Any:
+            """Its broker's CPU us per event at 1-to-1 in ``run``; None if not measured."""
+            return lookup(run["systems"], system, "fanout1", "broker_cpu_us_per_event")
 
-        a, b = cpu(ours), cpu(theirs)
-        if not a or not b:
-            continue
-        paired = [round(x / y, 3) for x, y in zip(a, b, strict=False)]
+        a, b = [cpu(run) for run in ours], [cpu(run) for run in theirs]
+        if None in a or None in b:
+            continue  # not measured in some run
+        paired = paired_ratios(ours, theirs, cpu)  # (run by run, in order)
         out.append({
             "system": system, "us_per_event": a, "us_per_event_against": b,
             "median": median(a), "median_against": median(b),
