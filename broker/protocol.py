@@ -334,13 +334,7 @@ class RoutedFrames:
         bytes): a shorter encoding of the time that ended the payload would have its own
         first byte where the time's big-endian bytes are zero, and the other encodings
         of an empty array end in 0x00."""
-        if (
-            not event.path
-            and len(payload) > 10
-            and _EVENT_TAIL.unpack_from(payload, len(payload) - 10)
-            == (0x90, 0xCF, event.t_publish_ns)
-            and payload[:2] == PUBLISH_HEAD
-        ):
+        if _spliceable(event, payload):
             length = len(payload) + self._first_hop_extra
             if length <= self.max_frame:
                 return b"".join(
@@ -351,6 +345,23 @@ class RoutedFrames:
     def deliver(self, publish_frame: bytes, sub_ids: list[int]) -> bytes:
         """``deliver_frame(publish_frame, sorted(sub_ids), max_frame)`` of a frame made
         by `publish` or `publish_received`."""
+        return _spliced_deliver(publish_frame, self._head(sub_ids), self.max_frame)
+
+    def deliver_received(self, event: Publish, payload: bytes, sub_ids: list[int]) -> bytes:
+        """``deliver(publish_received(event, payload), sub_ids)``, the same bytes, spliced
+        straight from ``payload`` when `publish_received` would splice: for an event
+        delivered and not forwarded, one copy of it made instead of two."""
+        head = self._head(sub_ids)
+        if _spliceable(event, payload):
+            length = len(payload) + self._first_hop_extra - 2 + len(head)
+            if length <= self.max_frame:
+                return b"".join(
+                    (_LENGTH.pack(length), head, payload[2:-10], self._first_hop, payload[-9:])
+                )
+        return _spliced_deliver(self.publish(event), head, self.max_frame)
+
+    def _head(self, sub_ids: list[int]) -> bytes:
+        """`deliver_head` of ``sorted(sub_ids)``, kept for single ids."""
         if len(sub_ids) == 1 and type(sub_ids[0]) is int:  # nearly always
             sub_id = sub_ids[0]
             head = self._heads.get(sub_id)
@@ -358,9 +369,20 @@ class RoutedFrames:
                 head = deliver_head(sub_ids)  # (checks the id's range)
                 if len(self._heads) < self.HEADS_KEPT:
                     self._heads[sub_id] = head
-        else:
-            head = deliver_head(sorted(sub_ids))
-        return _spliced_deliver(publish_frame, head, self.max_frame)
+            return head
+        return deliver_head(sorted(sub_ids))
+
+
+def _spliceable(event: Publish, payload: bytes) -> bool:
+    """Whether ``payload``, which ``event`` was decoded from, ends in the empty path and
+    the time as a uint64 and begins with a Publish's head (`RoutedFrames.publish_received`
+    says why that is enough)."""
+    return (
+        not event.path
+        and len(payload) > 10
+        and _EVENT_TAIL.unpack_from(payload, len(payload) - 10) == (0x90, 0xCF, event.t_publish_ns)
+        and payload[:2] == PUBLISH_HEAD
+    )
 
 
 def join_frames(frames: list[bytes]) -> bytes:
@@ -628,6 +650,7 @@ class Connection:
         receivable = self._receivable
         limited = self._limited
         read_bytes, unpackb = self._payloads.read_bytes, msgpack.unpackb
+        from_wire_publish = Publish._from_wire
         fed = self._fed
         start, length = self._frame_start, self._length
         try:
@@ -646,7 +669,12 @@ class Connection:
                     obj = unpackb(payload, raw=False, strict_map_key=False)
                 except Exception as exc:  # msgpack's errors: ValueError subclasses, ...
                     raise _not_one_object(exc) from None
-                kind, message = message_of(obj, by_code)
+                kind: type
+                message: Any
+                if payload[:2] == PUBLISH_HEAD:  # an array of six, code 1: what message_of
+                    kind, message = Publish, from_wire_publish(obj)  # finds, for less
+                else:
+                    kind, message = message_of(obj, by_code)
                 if kind not in receivable:  # never a Deliveries: no test on the hot path
                     if kind is not Deliveries:
                         raise self._unexpected(kind, receiving=True)

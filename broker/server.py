@@ -595,9 +595,9 @@ class Broker:
         counters = link.counters
         problem = None
         queued = self.outgoing.frames  # at the read's arrival, as traced
+        counters.messages_in += len(messages)  # received, also those after a problem
         with self.outgoing.handling_read():
             for index, message in enumerate(messages):
-                counters.messages_in += 1
                 if type(message) is Publish:
                     rest = self._route(link, message, payloads[index], index)
                     if rest is not None:
@@ -710,14 +710,15 @@ class Broker:
         links = self.links
         sends: list[tuple[Link, bytes]] = []
         missed: list[str] = []  # "REASON:LINK" of each target that does not get it
-        if decision.forward or decision.deliver:  # the event is encoded once
-            frame = self._frames.publish_received(event, payload)
-        for target in decision.forward:
-            found = links.get(target)
-            if found is None or found.queue.closed:
-                missed.append(f"link-down:{target}")
-            else:
-                sends.append((found, found.conn.send_encoded(Publish, frame)))
+        frames = self._frames
+        if decision.forward:  # the event is encoded once
+            frame = frames.publish_received(event, payload)
+            for target in decision.forward:
+                found = links.get(target)
+                if found is None or found.queue.closed:
+                    missed.append(f"link-down:{target}")
+                else:
+                    sends.append((found, found.conn.send_encoded(Publish, frame)))
         # Each client numbers its subscriptions from 1, so many clients get Delivers
         # with the same sub ids: the same bytes, spliced once for consecutive ones.
         last_ids: list[int] | None = None
@@ -727,7 +728,11 @@ class Broker:
                 missed.append(f"link-down:{target}")
             else:
                 if sub_ids != last_ids:
-                    deliver = self._frames.deliver(frame, sub_ids)
+                    deliver = (
+                        frames.deliver(frame, sub_ids)
+                        if decision.forward
+                        else frames.deliver_received(event, payload, sub_ids)
+                    )
                     last_ids = sub_ids
                 sends.append((found, found.conn.send_encoded(Deliver, deliver)))
         blocked = []

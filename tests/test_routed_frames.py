@@ -3,7 +3,8 @@
 (`forwarded_frame`) and Deliver spliced from it (`deliver_frame`) are byte for byte
 the messages encoded on their own, and are checked as such; a forwarded Publish
 spliced from the payload the broker received (`RoutedFrames.publish_received`)
-decodes to the same message."""
+decodes to the same message, and the Deliver spliced straight from that payload
+(`RoutedFrames.deliver_received`) is the one spliced from the forwarded frame."""
 
 from __future__ import annotations
 
@@ -204,15 +205,17 @@ def _strs(text: str) -> list[bytes]:
     t_ns=st.integers(min_value=-(2**63), max_value=2**64 - 1),
     hop=st.text(min_size=1, max_size=8),
     choice=st.tuples(st.integers(0, 1), st.integers(0, 2), st.integers(0, 5)),
+    sub_ids=sub_id_lists,
 )
 def test_a_received_event_is_forwarded_as_the_message_it_was(
     attributes: dict, event_id: str, path: list[str], t_ns: int, hop: str,
-    choice: tuple[int, int, int],
+    choice: tuple[int, int, int], sub_ids: list[int],
 ) -> None:  # fmt: skip
     """Whatever encoding the sender chose for the id, the path and the time, the frame
     `publish_received` makes of its payload decodes to the event with this broker's hop,
     as `publish` would send it; msgpack's own encoding of an event from its publisher
-    gives `publish`'s bytes exactly."""
+    gives `publish`'s bytes exactly. `deliver_received` gives the bytes of the Deliver
+    spliced from that frame."""
     ids, paths, times = _strs(event_id), _arrays(path), _ints(t_ns)
     payload = b"".join((PUBLISH_HEAD, ids[choice[0]], msgpack.packb("pub"),
                         msgpack.packb(attributes), paths[choice[1]],
@@ -226,6 +229,9 @@ def test_a_received_event_is_forwarded_as_the_message_it_was(
     assert encode_frame(decode_message(frame[4:])) == encode_frame(event.with_hop(hop))
     if choice == (0, 0, 0):
         assert frame == frames.publish(event)
+    delivered = frames.deliver_received(event, payload, sub_ids)
+    assert delivered == frames.deliver(frame, sub_ids)
+    assert frames.deliver_received(event, payload, sub_ids) == delivered  # a kept head too
 
 
 def test_the_splice_keeps_the_publishers_bytes_and_takes_only_what_proves_the_layout() -> None:
@@ -249,6 +255,9 @@ def test_the_splice_keeps_the_publishers_bytes_and_takes_only_what_proves_the_la
     ):
         received = decode_message(other)
         assert frames.publish_received(received, other) == frames.publish(received)
+        delivered = frames.deliver(frames.publish(received), [3])
+        assert frames.deliver_received(received, other, [3]) == delivered
+    assert frames.deliver_received(event, head + tail, [3]) == frames.deliver(spliced, [3])
 
 
 def test_a_spliced_frame_over_the_maximum_is_encoded_again_or_refused() -> None:
@@ -263,3 +272,9 @@ def test_a_spliced_frame_over_the_maximum_is_encoded_again_or_refused() -> None:
     assert frames.publish_received(event, wide) == frames.publish(event)
     with pytest.raises(ProtocolError, match=f"Publish needs {size} bytes, over the maximum"):
         RoutedFrames("1", max_frame=size - 1).publish_received(event, wide)
+    # and a Deliver: `head` in place of the Publish's two bytes
+    head_size = len(deliver_frame(encode_frame(event), [7])) - len(encode_frame(event)) + 2
+    frames = RoutedFrames("1", max_frame=size - 2 + head_size)
+    assert frames.deliver_received(event, wide, [7]) == frames.deliver(frames.publish(event), [7])
+    with pytest.raises(ProtocolError, match="Deliver needs .* bytes, over the maximum"):
+        RoutedFrames("1", max_frame=size - 3 + head_size).deliver_received(event, wide, [7])
