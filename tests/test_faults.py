@@ -328,6 +328,49 @@ def test_drop_policy_drops_for_the_slow_subscriber_only_and_cuts_it_when_stuck(
         assert r["delivered_to"] == ["fast"]
 
 
+def test_drop_policy_drops_for_a_sole_subscriber_and_traces_each_event(
+    tmp_path: Path, stopped: list[Network]
+) -> None:
+    """An event for one client and no broker takes the broker's shortest way while the
+    client's queue has room; once it is full, the events dropped are counted and
+    traced as with several subscribers."""
+    run = tmp_path / "run"
+    options = ["--queue-policy", "drop", "--queue-frames", "200", "--stuck-timeout", "30"]
+    net = solo(tmp_path, stopped, *options, *tracing(run))
+    host, port = net.address(1)
+    count = 2000
+
+    async def scenario() -> tuple[dict, dict]:
+        stream, _ = await raw_client(host, port, "slow", "n exists")  # never reads again
+        async with client.open_client(host, port, name="pub") as pub:
+            with trio.fail_after(20):
+                for i in range(count):
+                    await pub.publish({"n": i, "payload": PAYLOAD})
+                    if i % 50 == 49:
+                        await pub.flush()
+                await pub.flush()
+            slow = await stats_of(pub, "client:slow#")
+            broker = await pub.stats()
+        await stream.aclose()
+        assert slow is not None
+        return slow, broker
+
+    slow, broker = trio.run(scenario)
+    assert 0 < slow["events_out"] < count // 2 < slow["events_dropped"]
+    assert slow["events_out"] + slow["events_dropped"] == count
+    assert broker["drops"]["queue-full"] == slow["events_dropped"]
+    net.stop()
+    hops = read_table(run, "hops").table.to_pylist()
+    assert len(hops) == count
+    dropped = [r for r in hops if r["decision"] == "dropped"]
+    assert len(dropped) == slow["events_dropped"]
+    for r in dropped:
+        assert r["drop_reason"].startswith("queue-full:client:slow#")
+        assert r["delivered_to"] == []
+    sent = [r for r in hops if r["decision"] != "dropped"]
+    assert all(r["delivered_to"] == ["slow"] and r["bytes_out"] > 0 for r in sent)
+
+
 def test_block_policy_holds_publishers_until_the_stuck_subscriber_is_cut(
     tmp_path: Path, stopped: list[Network]
 ) -> None:
