@@ -48,7 +48,7 @@ class LoopBroker:
         tracing = broker.tracer is not None
         counters = LinkCounters()
         queue = OutQueue(1_000_000, broker.config.batch_frames, broker.outgoing, counters, None)
-        conn = Connection("acceptor", keep_frames=tracing, keep_payloads=True)
+        conn = Connection("acceptor", keep_frames=tracing, keep_payloads=True, publish_arrays=True)
         conn.receive_data(Connection("initiator").send(Hello(PROTOCOL_VERSION, "client", name)))
         conn.send(Welcome(PROTOCOL_VERSION, broker.name))
         link = Link(link_id, "client", name, None, conn, queue, counters)  # type: ignore[arg-type]

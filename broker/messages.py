@@ -516,6 +516,35 @@ def _build_publish(
     return message
 
 
+PublishArray = list[Any]
+"""An event as a broker routes it: the array a Publish payload decodes to,
+``[Publish.TYPE, event_id, publisher, attributes, path, t_publish_ns]``, its fields
+checked as a Publish's (`Connection(publish_arrays=True)`). Building a Publish of it
+costs about 0.2 us, a twenty-fifth of what a broker spends per routed event."""
+
+
+def checked_publish_array(wire: list[Any]) -> PublishArray:
+    """``wire``, the decoded array of a Publish payload (six elements, the type code
+    first), as a `PublishArray`: checked as `Publish._from_wire` checks it, raising the
+    ProtocolError that names a bad field."""
+    if _event_typed(wire[1], wire[2], wire[3], wire[4], wire[5]):
+        return wire
+    return publish_array(Publish._from_wire(wire))
+
+
+def publish_array(event: Publish) -> PublishArray:
+    """The `PublishArray` of ``event``."""
+    return [
+        Publish.TYPE, event.event_id, event.publisher, event.attributes, event.path,
+        event.t_publish_ns,
+    ]  # fmt: skip
+
+
+def publish_of(array: PublishArray) -> Publish:
+    """The Publish of a `PublishArray`."""
+    return _build_publish(array[1], array[2], array[3], array[4], array[5])
+
+
 def _build_deliver(
     sub_ids: list[int],
     event_id: str,

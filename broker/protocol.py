@@ -78,6 +78,7 @@ from broker.messages import (
     Pong,
     ProtocolError,
     Publish,
+    PublishArray,
     Role,
     Stats,
     StatsRequest,
@@ -89,6 +90,7 @@ from broker.messages import (
     _build_deliver,
     _check_str,
     _forwarded_payload,
+    checked_publish_array,
     decode_message,
     decoders,
     deliver_head,
@@ -99,6 +101,8 @@ from broker.messages import (
     encode_new_event,
     message_of,
     not_msgpack,
+    publish_array,
+    publish_of,
 )
 
 __all__ = [
@@ -116,6 +120,7 @@ __all__ = [
     "ERR_VERSION",
     "MESSAGE_TYPES",
     "PROTOCOL_VERSION",
+    "PublishArray",
     "RoutedFrames",
     "Bye",
     "Connection",
@@ -322,7 +327,7 @@ class RoutedFrames:
             return _framed("Publish", payload, self.max_frame)  # raises
         return _LENGTH.pack(len(payload)) + payload
 
-    def publish_received(self, event: Publish, payload: bytes) -> bytes:
+    def publish_received(self, event: PublishArray, payload: bytes) -> bytes:
         """`publish` of ``event``, which was decoded from ``payload``: the forwarded frame
         spliced from those bytes (this broker's id put into the empty path) when the event
         came from its publisher in the encoding msgpack gives it, else encoded again.
@@ -340,14 +345,14 @@ class RoutedFrames:
                 return b"".join(
                     (_LENGTH.pack(length), payload[:-10], self._first_hop, payload[-9:])
                 )
-        return self.publish(event)
+        return self.publish(publish_of(event))
 
     def deliver(self, publish_frame: bytes, sub_ids: list[int]) -> bytes:
         """``deliver_frame(publish_frame, sorted(sub_ids), max_frame)`` of a frame made
         by `publish` or `publish_received`."""
         return _spliced_deliver(publish_frame, self._head(sub_ids), self.max_frame)
 
-    def deliver_received(self, event: Publish, payload: bytes, sub_ids: list[int]) -> bytes:
+    def deliver_received(self, event: PublishArray, payload: bytes, sub_ids: list[int]) -> bytes:
         """``deliver(publish_received(event, payload), sub_ids)``, the same bytes, spliced
         straight from ``payload`` when `publish_received` would splice: for an event
         delivered and not forwarded, one copy of it made instead of two."""
@@ -358,7 +363,7 @@ class RoutedFrames:
                 return b"".join(
                     (_LENGTH.pack(length), head, payload[2:-10], self._first_hop, payload[-9:])
                 )
-        return _spliced_deliver(self.publish(event), head, self.max_frame)
+        return _spliced_deliver(self.publish(publish_of(event)), head, self.max_frame)
 
     def _head(self, sub_ids: list[int]) -> bytes:
         """`deliver_head` of ``sorted(sub_ids)``, kept for single ids."""
@@ -373,14 +378,14 @@ class RoutedFrames:
         return deliver_head(sorted(sub_ids))
 
 
-def _spliceable(event: Publish, payload: bytes) -> bool:
+def _spliceable(event: PublishArray, payload: bytes) -> bool:
     """Whether ``payload``, which ``event`` was decoded from, ends in the empty path and
     the time as a uint64 and begins with a Publish's head (`RoutedFrames.publish_received`
     says why that is enough)."""
     return (
-        not event.path
+        not event[4]  # the path
         and len(payload) > 10
-        and _EVENT_TAIL.unpack_from(payload, len(payload) - 10) == (0x90, 0xCF, event.t_publish_ns)
+        and _EVENT_TAIL.unpack_from(payload, len(payload) - 10) == (0x90, 0xCF, event[5])
         and payload[:2] == PUBLISH_HEAD
     )
 
@@ -481,7 +486,9 @@ class Connection:
     ``build_deliver``, if given, makes what `receive_data` returns for a Deliver, from
     its checked fields (`broker.messages.DeliverBuilder`), in place of the Deliver: a
     client builds the deliveries it hands to its application so, without a Deliver in
-    between (`client.aio`).
+    between (`client.aio`). With ``publish_arrays``, it returns each Publish as its
+    `PublishArray` (a list), checked as the Publish would be, and a broker routes the
+    event without building a message object of it.
     """
 
     def __init__(
@@ -492,6 +499,7 @@ class Connection:
         limits: Limits | None = None,
         keep_frames: bool = False,
         keep_payloads: bool = False,
+        publish_arrays: bool = False,
         build_deliver: DeliverBuilder | None = None,
     ) -> None:
         if side not in ("initiator", "acceptor"):
@@ -524,6 +532,7 @@ class Connection:
         self._subscriptions: set[int] = set()  # a limited peer's subscriptions in force
         self._keep_frames = keep_frames
         self._keep_payloads = keep_payloads
+        self._publish_arrays = publish_arrays
         self._decoders = DECODERS if build_deliver is None else decoders(build_deliver)
         self._decode_deliveries = deliveries_decoder(build_deliver or _build_deliver)
         self.received_frames: bytes | bytearray = b""
@@ -650,7 +659,8 @@ class Connection:
         receivable = self._receivable
         limited = self._limited
         read_bytes, unpackb = self._payloads.read_bytes, msgpack.unpackb
-        from_wire_publish = Publish._from_wire
+        publish_from = checked_publish_array if self._publish_arrays else Publish._from_wire
+        arrays = self._publish_arrays
         fed = self._fed
         start, length = self._frame_start, self._length
         try:
@@ -672,9 +682,11 @@ class Connection:
                 kind: type
                 message: Any
                 if payload[:2] == PUBLISH_HEAD:  # an array of six, code 1: what message_of
-                    kind, message = Publish, from_wire_publish(obj)  # finds, for less
+                    kind, message = Publish, publish_from(obj)  # finds, for less
                 else:
                     kind, message = message_of(obj, by_code)
+                    if arrays and kind is Publish:
+                        message = publish_array(message)
                 if kind not in receivable:  # never a Deliveries: no test on the hot path
                     if kind is not Deliveries:
                         raise self._unexpected(kind, receiving=True)
@@ -685,7 +697,7 @@ class Connection:
                     continue
                 if limited is not None:
                     if kind is Publish:  # (`_check_limits`, inline: once per event)
-                        limited.check_event(message.attributes, length)
+                        limited.check_event(message[3] if arrays else message.attributes, length)
                     elif kind in _LIMITED:
                         self._check_limits(limited, message, length)
                 if kind in _TRANSITIONS:

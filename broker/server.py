@@ -87,6 +87,7 @@ from broker.protocol import (
     Pong,
     ProtocolError,
     Publish,
+    PublishArray,
     RoutedFrames,
     Stats,
     StatsRequest,
@@ -318,6 +319,7 @@ class Broker:
                 max_frame=self.config.max_frame,
                 keep_frames=self.tracer is not None,
                 keep_payloads=True,
+                publish_arrays=True,
             )
             try:
                 with trio.fail_after(HANDSHAKE_TIMEOUT_S):
@@ -383,6 +385,7 @@ class Broker:
             limits=self.config.limits,
             keep_frames=self.tracer is not None,
             keep_payloads=True,
+            publish_arrays=True,
         )
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
@@ -598,7 +601,7 @@ class Broker:
         counters.messages_in += len(messages)  # received, also those after a problem
         with self.outgoing.handling_read():
             for index, message in enumerate(messages):
-                if type(message) is Publish:
+                if type(message) is list:  # a PublishArray
                     rest = self._route(link, message, payloads[index], index)
                     if rest is not None:
                         await rest
@@ -684,7 +687,7 @@ class Broker:
         return None  # UnsubAck, Pong: nothing to do
 
     def _route(
-        self, link: Link, event: Publish, payload: bytes, index: int
+        self, link: Link, event: PublishArray, payload: bytes, index: int
     ) -> Awaitable[None] | None:
         """Route one event, decoded from `payload`, the `index`th message of its read:
         forward it, deliver it, and trace the decision. Returns what is left to do when
@@ -695,17 +698,15 @@ class Broker:
         if tracer is not None:
             t_start = _now()
         link.counters.events_in += 1
-        if self.name in event.path:
+        if self.name in event[4]:  # its path
             self.events_dropped += 1
             self.drops["cycle"] += 1
-            self._log.error(
-                "cycle_dropped", event_id=event.event_id, path=event.path, link=link.link_id
-            )
+            self._log.error("cycle_dropped", event_id=event[1], path=event[4], link=link.link_id)
             if tracer is not None:
                 link.trace_rows.extend(pack_row(t_start, tracer.outcome_of(()), 0, 0))
                 link.trace_notes += (DROPPED, index, "cycle")
             return None
-        decision = self.router.route(link.link_id, event.attributes)
+        decision = self.router.route(link.link_id, event[3])  # its attributes
         self.events_routed += 1
         links = self.links
         deliver_to = decision.deliver

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from broker.messages import PUBLISH_HEAD, publish_array, publish_of
 from broker.protocol import (
     DEFAULT_MAX_FRAME,
     DELIVERIES_PAYLOAD,
@@ -267,6 +268,34 @@ def test_kept_payloads_are_those_of_the_returned_messages(chunk: int | None) -> 
     assert returned == len(messages)
 
 
+def test_publish_arrays_are_the_publishes_checked_and_the_rest_unchanged() -> None:
+    """With publish_arrays, a Publish comes back as its PublishArray, also one whose
+    sender chose wider msgpack encodings than msgpack's own (an array 16 for the
+    message, a str 8 for its id), with the other messages as without it."""
+    events = [Publish(f"e{i}", "p", EVENT, ["b1"] if i % 2 else [], i) for i in range(4)]
+    wide = (
+        b"\xdc\x00\x06"
+        + msgpack.packb(Publish.TYPE)
+        + b"\xd9\x01w"
+        + msgpack.packb("p")
+        + b"".join(msgpack.packb(v) for v in ({"n": 1}, [], 7))
+    )
+    data = (
+        b"".join([encode_frame(events[0]), encode_frame(Ping(1)), *map(encode_frame, events[1:])])
+        + struct.pack(">I", len(wide))
+        + wide
+    )
+    arrays, plain = Connection("acceptor", publish_arrays=True), Connection("acceptor")
+    for acceptor in (arrays, plain):
+        acceptor.receive_data(Connection("initiator").send(Hello(V, "broker", "n1")))
+        acceptor.send(Welcome(V, "b1"))
+    got, expected = arrays.receive_data(data), plain.receive_data(data)
+    assert expected[-1] == Publish("w", "p", {"n": 1}, [], 7)
+    assert got == [publish_array(m) if isinstance(m, Publish) else m for m in expected]
+    assert [type(m) for m in got] == [list, Ping, list, list, list, list]
+    assert [publish_of(a) for a in got if type(a) is list] == [*events, expected[-1]]
+
+
 def test_the_delivers_of_one_deliveries_frame_share_its_kept_payload() -> None:
     delivers = [Deliver([i], f"e{i}", "p", EVENT, ["b1"], i) for i in range(3)]
     messages = [*delivers[:2], SubAck(3), delivers[2]]
@@ -491,6 +520,20 @@ def test_malformed_payload_among_other_frames(data: bytes, code: str, text: str)
     before, after = framed([Ping.TYPE, 1]), framed([Ping.TYPE, 2])
     expect_error(open_pair("broker")[1], data + after, code, text)
     expect_error(open_pair("broker")[1], before + data + after, code, text)
+
+
+@pytest.mark.parametrize(
+    ("data", "code", "text"), [c for c in MALFORMED if c.values[0][4:6] == PUBLISH_HEAD]
+)
+def test_a_bad_publish_is_refused_in_the_same_words_as_an_array(
+    data: bytes, code: str, text: str
+) -> None:
+    """The Publishes among the malformed payloads (those a broker decodes without
+    `message_of`'s dispatch) are refused as they are without publish_arrays."""
+    acceptor = Connection("acceptor", publish_arrays=True)
+    acceptor.receive_data(Connection("initiator").send(Hello(V, "broker", "n1")))
+    acceptor.send(Welcome(V, "b1"))
+    expect_error(acceptor, data, code, text)
 
 
 def test_one_read_of_several_kinds_and_a_cut_frame() -> None:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.messages import PUBLISH_HEAD
+from broker.messages import PUBLISH_HEAD, publish_array
 from broker.protocol import (
     PROTOCOL_VERSION,
     Bye,
@@ -224,14 +224,16 @@ def test_a_received_event_is_forwarded_as_the_message_it_was(
     # (compared encoded again: an attribute may be NaN)
     assert encode_frame(event) == encode_frame(Publish(event_id, "pub", attributes, path, t_ns))
     frames = RoutedFrames(hop)
-    frame = frames.publish_received(event, payload)
+    frame = frames.publish_received(publish_array(event), payload)
     assert int.from_bytes(frame[:4], "big") == len(frame) - 4
     assert encode_frame(decode_message(frame[4:])) == encode_frame(event.with_hop(hop))
     if choice == (0, 0, 0):
         assert frame == frames.publish(event)
-    delivered = frames.deliver_received(event, payload, sub_ids)
+    delivered = frames.deliver_received(publish_array(event), payload, sub_ids)
     assert delivered == frames.deliver(frame, sub_ids)
-    assert frames.deliver_received(event, payload, sub_ids) == delivered  # a kept head too
+    assert (
+        frames.deliver_received(publish_array(event), payload, sub_ids) == delivered
+    )  # a kept head too
 
 
 def test_the_splice_keeps_the_publishers_bytes_and_takes_only_what_proves_the_layout() -> None:
@@ -243,7 +245,7 @@ def test_the_splice_keeps_the_publishers_bytes_and_takes_only_what_proves_the_la
     head = PUBLISH_HEAD + b"\xd9\x01e" + msgpack.packb("p") + msgpack.packb({"n": 1})
     event = decode_message(head + tail)
     frames = RoutedFrames("b1")
-    spliced = frames.publish_received(event, head + tail)
+    spliced = frames.publish_received(publish_array(event), head + tail)
     assert b"\xd9\x01e" in spliced
     assert spliced != frames.publish(event)
     assert decode_message(spliced[4:]) == event.with_hop("b1")
@@ -254,10 +256,12 @@ def test_the_splice_keeps_the_publishers_bytes_and_takes_only_what_proves_the_la
         head + b"\x90\x05",  # a time that is not a uint64
     ):
         received = decode_message(other)
-        assert frames.publish_received(received, other) == frames.publish(received)
+        assert frames.publish_received(publish_array(received), other) == frames.publish(received)
         delivered = frames.deliver(frames.publish(received), [3])
-        assert frames.deliver_received(received, other, [3]) == delivered
-    assert frames.deliver_received(event, head + tail, [3]) == frames.deliver(spliced, [3])
+        assert frames.deliver_received(publish_array(received), other, [3]) == delivered
+    assert frames.deliver_received(publish_array(event), head + tail, [3]) == frames.deliver(
+        spliced, [3]
+    )
 
 
 def test_a_spliced_frame_over_the_maximum_is_encoded_again_or_refused() -> None:
@@ -269,12 +273,16 @@ def test_a_spliced_frame_over_the_maximum_is_encoded_again_or_refused() -> None:
     event = decode_message(wide)
     size = len(encode_frame(event.with_hop("1"))) - 4  # one byte less than spliced
     frames = RoutedFrames("1", max_frame=size)
-    assert frames.publish_received(event, wide) == frames.publish(event)
+    assert frames.publish_received(publish_array(event), wide) == frames.publish(event)
     with pytest.raises(ProtocolError, match=f"Publish needs {size} bytes, over the maximum"):
-        RoutedFrames("1", max_frame=size - 1).publish_received(event, wide)
+        RoutedFrames("1", max_frame=size - 1).publish_received(publish_array(event), wide)
     # and a Deliver: `head` in place of the Publish's two bytes
     head_size = len(deliver_frame(encode_frame(event), [7])) - len(encode_frame(event)) + 2
     frames = RoutedFrames("1", max_frame=size - 2 + head_size)
-    assert frames.deliver_received(event, wide, [7]) == frames.deliver(frames.publish(event), [7])
+    assert frames.deliver_received(publish_array(event), wide, [7]) == frames.deliver(
+        frames.publish(event), [7]
+    )
     with pytest.raises(ProtocolError, match="Deliver needs .* bytes, over the maximum"):
-        RoutedFrames("1", max_frame=size - 3 + head_size).deliver_received(event, wide, [7])
+        RoutedFrames("1", max_frame=size - 3 + head_size).deliver_received(
+            publish_array(event), wide, [7]
+        )
