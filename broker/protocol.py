@@ -681,8 +681,8 @@ class Connection:
                     raise _not_one_object(exc) from None
                 kind: type
                 message: Any
-                if payload[:2] == PUBLISH_HEAD:  # an array of six, code 1: what message_of
-                    kind, message = Publish, publish_from(obj)  # finds, for less
+                if payload[:2] == PUBLISH_HEAD:  # six elements, Publish's code first: what
+                    kind, message = Publish, publish_from(obj)  # message_of finds, for less
                 else:
                     kind, message = message_of(obj, by_code)
                     if arrays and kind is Publish:
