@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Hashable, Iterator, Mapping
+from fractions import Fraction
 from typing import Any, Generic, TypeVar
 
 from routing.filters import Constraint, Filter, Op
@@ -155,6 +156,17 @@ class _Sorted:
             self.collect(0, bisect_left(bounds, value), event, out)
         else:  # Op.GE
             self.collect(0, bisect_right(bounds, value), event, out)
+
+
+def _width_at_least(lo: Any, hi: Any, width: Any) -> Any:
+    """A width no smaller than the exact ``hi - lo``, given ``width = hi - lo`` as Python
+    computed it: with a float bound that difference is rounded, and may come out smaller
+    (``9.223372036854776e18 - (2**63 - 2)`` is 0.0, not 2), which would make an
+    interval's low end fall outside the candidates `_collect_intervals` looks at."""
+    if type(width) is not float or not math.isfinite(width):
+        return width  # exact (ints), or unbounded
+    exact = Fraction(hi) - Fraction(lo)
+    return width if width >= exact else math.ceil(exact)
 
 
 def _width_class(width: Any) -> int | None:
@@ -466,7 +478,7 @@ class MatchIndex(Generic[K]):
         entries = attribute.intervals.get(width_class)
         if entries is None:
             entries = attribute.intervals[width_class] = _Sorted()
-        entries.max_width = max(entries.max_width, width)
+        entries.max_width = max(entries.max_width, _width_at_least(lo, hi, width))
         entries.insert(lo, key, compile_predicate(f.constraints))
         return _Filed(entries, attribute.intervals, width_class, name, lo)
 

@@ -113,6 +113,8 @@ INTERVALS = [
     "x > 3 and x < 2",
     "x >= 5 and x <= 5 and x != 5",
     "x >= 18446744073709551000 and x <= 18446744073709551615",
+    # an int and a float bound whose difference rounds to 0.0 in float arithmetic
+    "x > 9223372036854775806 and x < 9.223372036854776e+18",
 ]
 PROBES = [
     0,
@@ -130,6 +132,7 @@ PROBES = [
     1e17 + 16,
     5,
     18446744073709551615,
+    9223372036854775807,
     math.nan,
     math.inf,
     -math.inf,
