@@ -36,8 +36,10 @@ SMALL = Limits(
 )
 
 
-def open_acceptor(role: str = "client", limits: Limits = SMALL) -> Connection:
-    conn = Connection("acceptor", limits=limits)
+def open_acceptor(
+    role: str = "client", limits: Limits = SMALL, publish_arrays: bool = False
+) -> Connection:
+    conn = Connection("acceptor", limits=limits, publish_arrays=publish_arrays)
     conn.receive_data(encode_frame(Hello(V, role, "peer")))  # type: ignore[arg-type]
     conn.send(Welcome(V, "1"))
     return conn
@@ -64,13 +66,16 @@ def expect_limit(conn: Connection, data: bytes, text: str) -> None:
         ({"a": b"x" * 17}, "max_value_len: event attribute 'a' has a value of 17 bytes"),
     ],
 )
-def test_event_limits(attributes: dict, text: str) -> None:
-    expect_limit(open_acceptor(), publish(attributes), text)
+@pytest.mark.parametrize("arrays", [False, True], ids=["publish", "publish-arrays"])
+def test_event_limits(attributes: dict, text: str, arrays: bool) -> None:
+    """Also on a broker's connections, which return events as their arrays."""
+    expect_limit(open_acceptor(publish_arrays=arrays), publish(attributes), text)
 
 
-def test_events_at_the_limits_pass() -> None:
+@pytest.mark.parametrize("arrays", [False, True], ids=["publish", "publish-arrays"])
+def test_events_at_the_limits_pass(arrays: bool) -> None:
     event = {"a": "x" * 16, "abcdefgh": b"y" * 16, "c": 10**18}
-    assert len(open_acceptor().receive_data(publish(event))) == 1
+    assert len(open_acceptor(publish_arrays=arrays).receive_data(publish(event))) == 1
 
 
 @pytest.mark.parametrize(
