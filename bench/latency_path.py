@@ -24,7 +24,10 @@ Each delivered event's path is rebuilt from those notes: from the publisher's st
 process at or after the previous point; an event whose path does not close before
 its arrival at the subscriber's code is left out (reported as the share matched).
 The segments between the points, per system: the median over a round's events, then
-the median and range over rounds. Writes bench/results/latency_path.json (or
+the median and range over rounds. Each event is also placed by whether the subscriber
+woke on the CPU the publisher wrote on or on the other one (`PLACEMENTS`), and the
+total and the span from the publisher's write to the subscriber's wake-up are given
+for each placement apart (`placement`). Writes bench/results/latency_path.json (or
 ``--out``); docs/performance.md reads it.
 """
 
@@ -86,6 +89,12 @@ BROKER_SPAN = "the publisher's write to the subscriber's wake-up (the broker, tw
 the sum of four segments; through Mosquitto its one middle segment."""
 
 
+def span_ends(kind: str) -> tuple[int, int]:
+    """Where in a path of ``kind`` the publisher's write and the subscriber's wake-up
+    are: the ends of `BROKER_SPAN`."""
+    return 1, POINTS[kind].index(("sub", "wake")) + 1
+
+
 def event_paths(stamps: list[int], arrivals: list[int], notes: list[list[int]]) -> list[list[int]]:
     """Each event's points: its stamp, then for each of ``notes`` (sorted times of one
     kind of note of one process, in the order the event meets them) the first at or
@@ -104,6 +113,39 @@ def event_paths(stamps: list[int], arrivals: list[int], notes: list[list[int]]) 
     return paths
 
 
+PLACEMENTS = ("on the publisher's CPU", "on the other CPU")
+"""Where the subscriber woke: on the CPU the publisher wrote the event on, or not."""
+
+
+def sub_woke_on_pub_cpu(
+    kind: str, notes: dict[str, dict[str, list[int]]], paths: list[list[int]]
+) -> list[bool]:
+    """For each of ``paths``, whether the subscriber woke on the CPU the publisher
+    wrote the event on (`bench.timeline_probe`'s "write_cpu" and "wake_cpu")."""
+    wrote_on = dict(zip(notes["pub"]["write"], notes["pub"]["write_cpu"], strict=True))
+    woke_on = dict(zip(notes["sub"]["wake"], notes["sub"]["wake_cpu"], strict=True))
+    pub_write, sub_wake = span_ends(kind)
+    return [wrote_on[p[pub_write]] == woke_on[p[sub_wake]] for p in paths]
+
+
+def round_placement(
+    kind: str, paths: list[list[int]], same_cpu: list[bool]
+) -> dict[str, dict[str, float]]:
+    """For each placement the round's events had: their share, and the medians of
+    their total and of `BROKER_SPAN` (us)."""
+    pub_write, sub_wake = span_ends(kind)
+    out = {}
+    for name, same in zip(PLACEMENTS, (True, False), strict=True):
+        chosen = [p for p, s in zip(paths, same_cpu, strict=True) if s is same]
+        if chosen:
+            out[name] = {
+                "share": round(len(chosen) / len(paths), 3),
+                "total": median([p[-1] - p[0] for p in chosen]) / 1000,
+                BROKER_SPAN: median([p[sub_wake] - p[pub_write] for p in chosen]) / 1000,
+            }
+    return out
+
+
 def kind_of(system: str) -> str:
     """Which way an event takes through ``system``: a key of POINTS and SEGMENTS."""
     return "mqtt" if system.startswith("mosquitto") else "python"
@@ -114,7 +156,7 @@ def round_segments(kind: str, paths: list[list[int]]) -> dict[str, float]:
     out = {}
     for k, name in enumerate(SEGMENTS[kind]):
         out[name] = median([p[k + 1] - p[k] for p in paths]) / 1000
-    pub_write, sub_wake = 1, len(POINTS[kind]) - 1
+    pub_write, sub_wake = span_ends(kind)
     if sub_wake - pub_write > 1:  # (else it is a segment already)
         out[BROKER_SPAN] = median([p[sub_wake] - p[pub_write] for p in paths]) / 1000
     out["total"] = median([p[-1] - p[0] for p in paths]) / 1000
@@ -183,9 +225,11 @@ def measure(system: str, mosquitto: str | None, events: int, workdir: Path) -> d
         file.unlink()
     kind = kind_of(system)
     paths = subscriber_paths(system, notes, received[0])
+    same_cpu = sub_woke_on_pub_cpu(kind, notes, paths)
     return {"p50_us": summarize_run(published, received, events, LOW_RATE)["p50_us"],
             "matched": round(len(paths) / max(len(received[0]["arrivals_ns"]), 1), 3),
-            "segments_us": round_segments(kind, paths) if paths else {}}  # fmt: skip
+            "segments_us": round_segments(kind, paths) if paths else {},
+            "placement_us": round_placement(kind, paths, same_cpu)}  # fmt: skip
 
 
 def subscriber_paths(
@@ -222,14 +266,31 @@ def run(rounds: int, events: int, systems: tuple[str, ...] = SYSTEMS) -> dict[st
         out["systems"][system] = {
             "p50_us": round(median([r["p50_us"] for r in runs]), 1),
             "matched": median([r["matched"] for r in runs]),
-            "segments_us": {
-                n: {"median": round(median(v), 1), "range": [round(min(v), 1), round(max(v), 1)]}
-                for n, v in per_round.items()
-                if v
-            },
+            "segments_us": {n: spread(v) for n, v in per_round.items() if v},
+            "placement": placement_summary(runs),
             "runs": runs,
         }
     return out
+
+
+def placement_summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per placement, over the rounds that had it: the median share of events, and the
+    median and range of the rounds' totals and `BROKER_SPAN`s."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in PLACEMENTS:
+        rounds = [r["placement_us"][name] for r in runs if name in r["placement_us"]]
+        shares = [r["placement_us"].get(name, {}).get("share", 0.0) for r in runs]
+        if rounds:
+            out[name] = {"share": median(shares), "rounds": len(rounds)}
+            for measure in ("total", BROKER_SPAN):
+                out[name][measure] = spread([r[measure] for r in rounds])
+    return out
+
+
+def spread(values: list[float]) -> dict[str, Any]:
+    """The median and range of the rounds' ``values``, to a tenth."""
+    low, high = round(min(values), 1), round(max(values), 1)
+    return {"median": round(median(values), 1), "range": [low, high]}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -242,6 +303,20 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def placement_table(result: dict[str, Any]) -> str:
+    """Each system's events by placement as markdown rows: the share of events, the
+    total and the publisher's write to the subscriber's wake-up (medians over rounds)."""
+    lines = ["| System | Subscriber woke | Share of events | Rounds | Total (us) | "
+             "Publisher's write to the subscriber's wake-up (us) |",
+             "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    for system, measured in result["systems"].items():
+        for name, placed in measured.get("placement", {}).items():
+            total, span = placed["total"]["median"], placed[BROKER_SPAN]["median"]
+            lines.append(f"| {system} | {name} | {placed['share']:.0%} | {placed['rounds']} "
+                         f"| {total:.1f} | {span:.1f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10, help="rounds (default 10)")
@@ -251,11 +326,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--table", type=Path, metavar="RESULT", help="print RESULT's table")
     args = parser.parse_args(argv)
     if args.table:
-        print(table(json.loads(args.table.read_text())))
+        result = json.loads(args.table.read_text())
+        print(table(result), placement_table(result), sep="\n\n")
         return
     result = run(args.rounds, args.events, tuple(args.systems))
     print(write_result("latency_path", result, args.out))
-    print(table(result))
+    print(table(result), placement_table(result), sep="\n\n")
     for system, measured in result["systems"].items():
         print(f"{system}: p50 {measured['p50_us']} us, {measured['matched']:.0%} of events matched")
     for system, why in result["skipped"].items():

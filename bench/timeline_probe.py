@@ -9,7 +9,10 @@ end ("write", "written": ``os.write``, ``socket.send``). Reads and writes are no
 only for sizes an event's frame or packet can have (`EVENT_SIZES`), so subscriptions,
 acknowledgements and pings stay out. Each note is one ``time.time_ns()`` (the clock
 every process of the machine shares) appended to a list; at the process's exit the
-lists are written to ``out`` as JSON.
+lists are written to ``out`` as JSON. Beside the wakes and the writes' starts, the CPU
+each ran on (``sched_getcpu``; "wake_cpu", "write_cpu", a number per note, in the
+same order): whether a process woke on the CPU of the process that woke it, or on an
+idle one, changes what the wake-up costs (docs/performance.md).
 
 ``python -m bench.timeline_probe OUT MODULE [ARG ...]`` installs the probe and runs
 MODULE as ``python -m MODULE ARG ...`` would (`bench.latency_path` runs ``hop broker``
@@ -19,6 +22,7 @@ so: ``broker.cli broker TOPOLOGY --id 1``).
 from __future__ import annotations
 
 import atexit
+import ctypes
 import json
 import os
 import runpy
@@ -36,14 +40,18 @@ EVENT_SIZES = range(100, 401)
 (150-byte frames and packets, a Deliver a few bytes more)."""
 
 KINDS = ("wake", "read", "write", "written")
+CPU_KINDS = ("wake_cpu", "write_cpu")
+"""The CPU of each "wake" and "write" note, in the order of those notes."""
 
 
 def install(out: Path) -> dict[str, list[int]]:
     """Note this process's wakes, reads and writes from now on (the module doc); write
     them to ``out`` at exit. Returns the lists being filled."""
-    notes: dict[str, list[int]] = {kind: [] for kind in KINDS}
+    notes: dict[str, list[int]] = {kind: [] for kind in (*KINDS, *CPU_KINDS)}
     now = time.time_ns
+    cpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
     woke, read, write, written = (notes[kind].append for kind in KINDS)
+    woke_on, wrote_on = (notes[kind].append for kind in CPU_KINDS)
 
     def reading(call: Callable[..., Any]) -> Callable[..., Any]:
         def probed(*args: Any) -> Any:
@@ -61,6 +69,7 @@ def install(out: Path) -> dict[str, list[int]]:
             if len(args[1]) in EVENT_SIZES:
                 write(start)
                 written(now())
+                wrote_on(cpu())
             return sent
 
         return probed
@@ -80,6 +89,7 @@ def install(out: Path) -> dict[str, list[int]]:
             ready = self._epoll.poll(*args, **kwargs)
             if ready:
                 woke(now())
+                woke_on(cpu())
             return ready
 
     os.read = reading(os.read)

@@ -5,6 +5,7 @@ from such notes and a short run reports every segment of it."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -63,6 +64,10 @@ def test_the_probe_notes_event_sized_reads_and_writes_and_wakes(tmp_path: Path) 
     assert notes["write"][0] < notes["read"][0]  # trio's reader read after the write
     assert len(notes["wake"]) >= 2  # trio's loop and asyncio's each woke for a socket
     assert any(notes["write"][0] <= t <= notes["read"][0] for t in notes["wake"])
+    cpus = os.sched_getaffinity(0)  # the CPU of each wake and write, in their order
+    assert len(notes["wake_cpu"]) == len(notes["wake"])
+    assert len(notes["write_cpu"]) == len(notes["write"])
+    assert set(notes["wake_cpu"] + notes["write_cpu"]) <= cpus
 
 
 def test_each_event_takes_the_first_note_at_or_after_the_point_before() -> None:
@@ -97,6 +102,29 @@ def test_segments_are_the_spans_between_points_and_add_up_to_the_total() -> None
     assert segments["total"] == 95.0 == sum(segments[n] for n in names)
 
 
+def test_events_are_placed_by_the_cpu_the_subscriber_woke_on() -> None:
+    kind = "mqtt"  # stamp, publisher's write, subscriber's wake, read, arrival
+    paths = [
+        [0, 10_000, 60_000, 70_000, 90_000],
+        [0, 20_000, 50_000, 80_000, 100_000],
+        [0, 10_000, 90_000, 100_000, 120_000],
+    ]
+    notes = {
+        "pub": {"write": [10_000, 20_000], "write_cpu": [0, 1]},
+        "sub": {"wake": [50_000, 60_000, 90_000], "wake_cpu": [1, 0, 1]},
+    }
+    same_cpu = latency_path.sub_woke_on_pub_cpu(kind, notes, paths)
+    assert same_cpu == [True, True, False]
+    placed = latency_path.round_placement(kind, paths, same_cpu)
+    on_pub, other = latency_path.PLACEMENTS
+    assert placed[on_pub] == {"share": 0.667, "total": 95.0, latency_path.BROKER_SPAN: 40.0}
+    assert placed[other] == {"share": 0.333, "total": 120.0, latency_path.BROKER_SPAN: 80.0}
+    runs = [{"placement_us": placed}, {"placement_us": {on_pub: placed[on_pub]}}]
+    summary = latency_path.placement_summary(runs)
+    assert summary[other]["rounds"] == 1 and summary[other]["share"] == 0.1665
+    assert summary[on_pub]["total"] == {"median": 95.0, "range": [95.0, 95.0]}
+
+
 def test_a_short_run_reports_every_segment_through_hop_and_a_floor_relay() -> None:
     systems = ("hop-trio", "floor-trio-route")
     result = latency_path.run(rounds=1, events=200, systems=systems)
@@ -108,6 +136,13 @@ def test_a_short_run_reports_every_segment_through_hop_and_a_floor_relay() -> No
         assert list(segments) == names
         assert all(0 < segments[n]["median"] < 100_000 for n in names)
         assert 0.5 < segments["total"]["median"] / measured["p50_us"] < 2
+        placed = measured["placement"]
+        assert sum(p["share"] for p in placed.values()) == pytest.approx(1, abs=0.01)
+        for p in placed.values():
+            assert 0 < p[latency_path.BROKER_SPAN]["median"] < p["total"]["median"]
+    assert latency_path.placement_table(result).count("\n") == 1 + sum(
+        len(m["placement"]) for m in result["systems"].values()
+    )
 
 
 @pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["default", "ignored"])
@@ -129,4 +164,5 @@ def test_a_probed_relay_ends_in_order_on_its_stop(
         proc = relay._proc
         relay.stop()
         assert proc is not None and proc.returncode == 0, system
-        assert set(json.loads(notes.read_text())) == {"wake", "read", "write", "written"}
+        kinds = {"wake", "read", "write", "written", "wake_cpu", "write_cpu"}
+        assert set(json.loads(notes.read_text())) == kinds
