@@ -9,6 +9,14 @@ writes each touched queue through its socket with one non-blocking write, and wa
 a writer only for what the socket would not take. Outside a read (heartbeats, the
 link's end), queuing wakes the writer at once.
 
+Having written through at a read's end, the broker yields the CPU once
+(``os.sched_yield``). A loopback write wakes the reader on the writer's CPU when it can
+(the peer then waits for the CPU), and the writer's way back to its next wait (trio's
+pass, the next read, the poll) otherwise runs first, on the way of the event, for
+every subscriber woken so. With the yield the subscriber runs at once and the
+broker's pass comes after it. At saturation a read carries hundreds of events, so the
+one system call per read is little (docs/performance.md, "Where the subscriber woke").
+
 A client's publish at low rate is written through the same way at once
 (`OutQueue.put_through`): it has no read to wait for the end of.
 
@@ -63,11 +71,14 @@ class Outgoing:
 
     def flush(self) -> None:
         """Write the touched queues through (waking writers for any rest); stop
-        deferring."""
+        deferring. Having written, yield the CPU once (the module doc)."""
         self.deferring = False
         touched, self.touched = self.touched, []
+        wrote = False
         for queue in touched:
-            queue.write_through()
+            wrote |= queue.write_through()
+        if wrote:
+            os.sched_yield()
 
 
 class OutQueue:
@@ -175,14 +186,15 @@ class OutQueue:
         self.closed = self.ending = True
         self._wake_writer()
 
-    def write_through(self) -> None:
+    def write_through(self) -> bool:
         """Write the queue's first batch with one non-blocking write if the writer is
         parked and nothing is in flight; leave the writer what the socket would not
         take. (A woken writer is not idle, so nothing is written ahead of its
-        batch or of a `tail`.)"""
+        batch or of a `tail`.) True if it wrote anything."""
         self.touched = False
+        sent = 0
         if not self.writer_idle or not self.frames:
-            return
+            return False
         if self.fd is not None:
             batch, count = self._take()
             try:
@@ -196,6 +208,7 @@ class OutQueue:
                 self.counters.bytes_out += sent
         if self.frames or self.tail:
             self._wake_writer()
+        return sent > 0
 
     async def writer(self, stream: trio.abc.Stream) -> None:
         """The link's writer task: send in batches until `end` and all is sent."""
