@@ -9,13 +9,15 @@ writes each touched queue through its socket with one non-blocking write, and wa
 a writer only for what the socket would not take. Outside a read (heartbeats, the
 link's end), queuing wakes the writer at once.
 
-Having written through at a read's end, the broker yields the CPU once
-(``os.sched_yield``). A loopback write wakes the reader on the writer's CPU when it can
-(the peer then waits for the CPU), and the writer's way back to its next wait (trio's
-pass, the next read, the poll) otherwise runs first, on the way of the event, for
-every subscriber woken so. With the yield the subscriber runs at once and the
-broker's pass comes after it. At saturation a read carries hundreds of events, so the
-one system call per read is little (docs/performance.md, "Where the subscriber woke").
+Having written through at the end of a short read (`YIELD_READS_UP_TO` messages), the
+broker yields the CPU once (``os.sched_yield``). A loopback write wakes the reader on
+the writer's CPU when it can (the peer then waits for that CPU), and the writer's way
+back to its next wait (trio's pass, the next read, the poll) would run first, on the
+way of the event, for every subscriber woken so. With the yield the subscriber runs at
+once and the broker's pass comes after it. A broker under load reads hundreds of
+events at a time, and other processes want the CPU: a yield there would hand away the
+rest of its turn, so a longer read does not yield (docs/performance.md, "Where the
+subscriber woke").
 
 A client's publish at low rate is written through the same way at once
 (`OutQueue.put_through`): it has no read to wait for the end of.
@@ -47,6 +49,11 @@ class SendCounters(Protocol):
     bytes_out: int
 
 
+YIELD_READS_UP_TO = 4
+"""A read of at most this many messages yields the CPU after writing through (the
+module doc); a longer one, a broker under load, does not."""
+
+
 @dataclass(eq=False)
 class Outgoing:
     """The broker's outgoing queues as a whole: the frames waiting in all of them, and
@@ -56,11 +63,13 @@ class Outgoing:
     deferring: bool = False  # a reader is handling a read (it never yields then, but
     # to wait for queue room: `OutQueue.put` flushes before it parks)
     touched: list[OutQueue] = field(default_factory=list)
+    yielding: bool = False  # the read being handled yields the CPU at its end
 
-    def handling_read(self) -> Outgoing:
-        """``with outgoing.handling_read():`` around the handling of one read: write
-        through at its end. (A plain context manager: a generator-based one costs
-        about a microsecond per read, and at low load a read is one event.)"""
+    def handling_read(self, messages: int) -> Outgoing:
+        """``with outgoing.handling_read(len(messages)):`` around the handling of one
+        read: write through at its end. (A plain context manager: a generator-based
+        one costs about a microsecond per read, and at low load a read is one event.)"""
+        self.yielding = messages <= YIELD_READS_UP_TO
         return self
 
     def __enter__(self) -> None:
@@ -71,14 +80,16 @@ class Outgoing:
 
     def flush(self) -> None:
         """Write the touched queues through (waking writers for any rest); stop
-        deferring. Having written, yield the CPU once (the module doc)."""
+        deferring. Having written at the end of a short read, yield the CPU once (the
+        module doc)."""
         self.deferring = False
         touched, self.touched = self.touched, []
         wrote = False
         for queue in touched:
             wrote |= queue.write_through()
-        if wrote:
+        if wrote and self.yielding:
             os.sched_yield()
+        self.yielding = False
 
 
 class OutQueue:

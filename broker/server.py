@@ -599,7 +599,7 @@ class Broker:
         problem = None
         queued = self.outgoing.frames  # at the read's arrival, as traced
         counters.messages_in += len(messages)  # received, also those after a problem
-        with self.outgoing.handling_read():
+        with self.outgoing.handling_read(len(messages)):
             for index, message in enumerate(messages):
                 if type(message) is list:  # a PublishArray
                     rest = self._route(link, message, payloads[index], index)

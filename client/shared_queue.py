@@ -85,9 +85,9 @@ class SharedOutQueue(OutQueue):
         with self.lock:
             super()._wake_writer()
 
-    def write_through(self) -> None:
+    def write_through(self) -> bool:
         with self.lock:
-            super().write_through()
+            return super().write_through()
 
     def close(self) -> None:
         with self.lock:

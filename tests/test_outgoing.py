@@ -12,7 +12,7 @@ import trio
 import trio.testing
 
 from broker.netio import receive_some, socket_fd
-from broker.outgoing import Outgoing, OutQueue
+from broker.outgoing import YIELD_READS_UP_TO, Outgoing, OutQueue
 from broker.protocol import PROTOCOL_VERSION as V
 from broker.protocol import Connection, Deliver, Hello, Pong, Welcome, encode_frame, join_frames
 
@@ -69,13 +69,53 @@ def test_frames_of_a_read_are_written_through_without_waking_the_writer() -> Non
             w = Writer(nursery, local)
             await trio.testing.wait_all_tasks_blocked()
             assert w.queue.writer_idle
-            with w.outgoing.handling_read():
+            with w.outgoing.handling_read(10):
                 for i in range(10):
                     assert w.queue.put_nowait(b"frame%d;" % i)
                 assert w.outgoing.frames == 10 and w.counts.messages_out == 0  # not yet
             assert w.counts.messages_out == 10 and w.queue.queued == w.outgoing.frames == 0
             assert w.queue.writer_idle  # nobody woke it
             assert await _read_exactly(peer, 70) == b"".join(b"frame%d;" % i for i in range(10))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["written through", "by the writer"])
+def test_a_short_read_that_wrote_through_yields_the_cpu_once(
+    plain: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short read's end that wrote to peers yields the CPU once, however many it
+    wrote to, so that a peer woken on this CPU runs first. A read that wrote nothing
+    (the frames left to the writer task) or a long one (a broker under load) does not
+    yield."""
+    yields: list[None] = []
+    monkeypatch.setattr("broker.outgoing.os.sched_yield", lambda: yields.append(None))
+
+    async def main() -> None:
+        (local1, peer1), (local2, peer2) = await _pair(), await _pair()
+        async with trio.open_nursery() as nursery:
+            outgoing = Outgoing()
+            writers = [Writer(nursery, local, plain=plain) for local in (local1, local2)]
+            for w in writers:
+                w.outgoing = w.queue.outgoing = outgoing
+
+            async def read(messages: int) -> None:
+                await trio.testing.wait_all_tasks_blocked()  # the writers parked
+                with outgoing.handling_read(messages):
+                    for w in writers:
+                        assert w.queue.put_nowait(b"frame;")
+                    assert not yields  # (not before the read's end)
+                for peer in (peer1, peer2):
+                    assert await _read_exactly(peer, 6) == b"frame;"
+
+            await read(YIELD_READS_UP_TO + 1)
+            assert not yields
+            await read(YIELD_READS_UP_TO)
+            assert len(yields) == (0 if plain else 1)
+            with outgoing.handling_read(1):  # a read with nothing to write
+                pass
+            assert len(yields) == (0 if plain else 1)
             nursery.cancel_scope.cancel()
 
     trio.run(main)
@@ -95,7 +135,7 @@ def test_a_queue_to_a_client_joins_delivers(plain: bool) -> None:
         async with trio.open_nursery() as nursery:
             w = Writer(nursery, local, plain=plain, join=join_frames)
             await trio.testing.wait_all_tasks_blocked()
-            with w.outgoing.handling_read():
+            with w.outgoing.handling_read(len(frames)):
                 for frame in frames:
                     assert w.queue.put_nowait(frame)
             data = await _read_exactly(peer, len(expected))
@@ -136,7 +176,7 @@ def test_a_partial_write_through_keeps_the_order() -> None:
         async with trio.open_nursery() as nursery:
             w = Writer(nursery, local)
             await trio.testing.wait_all_tasks_blocked()
-            with w.outgoing.handling_read():
+            with w.outgoing.handling_read(100):
                 for frame in frames[:100]:
                     assert w.queue.put_nowait(frame)
             assert w.queue.tail  # the socket took part of the first batch
@@ -161,7 +201,7 @@ def test_a_reader_at_a_full_queue_writes_through_and_goes_on() -> None:
         async with trio.open_nursery() as nursery:
             w = Writer(nursery, local, limit=5)
             await trio.testing.wait_all_tasks_blocked()
-            with trio.fail_after(5), w.outgoing.handling_read():
+            with trio.fail_after(5), w.outgoing.handling_read(12):
                 for i in range(12):
                     assert await w.queue.put(b"%02d" % i)
                 assert w.outgoing.deferring  # still handling the read
@@ -256,7 +296,7 @@ def test_backpressure_waits_for_the_peer_and_the_bound_holds() -> None:
             async def producer() -> None:
                 nonlocal put
                 for _ in range(100):
-                    with w.outgoing.handling_read():
+                    with w.outgoing.handling_read(1):
                         assert await w.queue.put(frame)
                     put += 1
 
