@@ -7,7 +7,9 @@ on it: no validation beyond the protocol's, no queues. A read that is exactly on
 whole Publish frame is spliced into that subscription's Deliver (`deliver_head` +
 the rest of the payload); any other read is decoded and each Publish in it encoded
 as a Deliver. Writes block until done, so it is meant for the latency setting (a
-few hundred events a second), not for saturation.
+few hundred events a second), not for saturation. Having written events, it yields
+the CPU (``os.sched_yield``), as the broker does after writing through at the end of
+a short read (`broker.outgoing`): a subscriber woken on its CPU runs first.
 
 ``--work`` adds the broker's work back a step at a time, on spliced frames: ``none``
 (no decoding, no matching), ``decode`` (the payload decoded with `msgpack.unpackb`,
@@ -95,9 +97,11 @@ class Relay:
                     return True
             size = len(data) - 6 + len(target.head)
             target.write(size.to_bytes(4, "big") + target.head + data[6:])
+            os.sched_yield()
             return True
         conn = peer.conn
         answers: list[bytes] = []
+        wrote = False
         for message in conn.receive_data(data):
             kind = type(message)
             if kind is Publish:
@@ -106,6 +110,7 @@ class Relay:
                     self.work != "route" or self._wanted(peer, message.attributes, target)
                 ):
                     target.write(encode_frame(message.to_deliver([target.sub_id])))
+                    wrote = True
             elif kind is Hello:
                 answers.append(conn.send(Welcome(PROTOCOL_VERSION, "floor")))
                 self.router.add_client(peer.link)
@@ -127,6 +132,8 @@ class Relay:
                 return False
         if answers:
             peer.write(b"".join(answers))
+        if wrote:
+            os.sched_yield()
         return True
 
     def _wanted(self, peer: Peer, attributes: dict[str, object], target: Target) -> bool:

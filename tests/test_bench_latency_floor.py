@@ -10,8 +10,9 @@ import pytest
 import trio
 
 import client
-from bench import latency_floor
+from bench import floor_relay, latency_floor
 from bench.common import median
+from broker.protocol import PROTOCOL_VERSION, Hello, Ping, Publish, Subscribe, encode_frame
 
 
 @pytest.mark.parametrize(
@@ -48,6 +49,25 @@ def test_the_relay_delivers_to_the_newest_subscription(system: str, tmp_path: Pa
         assert relay.cpu_s() > 0  # its start-up and the events
     finally:
         relay.stop()
+
+
+def test_the_relay_yields_the_cpu_after_writing_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the broker after a short read: once per read that wrote events, spliced or
+    decoded; not after a read that only answered."""
+    yields: list[None] = []
+    monkeypatch.setattr("bench.floor_relay.os.sched_yield", lambda: yields.append(None))
+    written: list[bytes] = []
+    relay = floor_relay.Relay()
+    peer = floor_relay.Peer(written.append)
+    hello = Hello(PROTOCOL_VERSION, "client", "sub")
+    for message in (hello, Subscribe(1, []), Ping(7)):
+        relay.received(peer, encode_frame(message))
+    assert not yields and len(written) == 3  # the answers only
+    event = Publish("p:1", "p", {"n": 1}, [], 1)
+    relay.received(peer, encode_frame(event))  # one whole frame: spliced
+    assert len(yields) == 1
+    relay.received(peer, encode_frame(event) + encode_frame(event))  # decoded
+    assert len(yields) == 2 and len(written) == 6
 
 
 def test_a_short_run_reports_each_system_and_the_paired_differences() -> None:
