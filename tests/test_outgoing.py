@@ -1,6 +1,7 @@
 """The broker's outgoing queue (`broker.outgoing`) and socket reads (`broker.netio`),
-on socket pairs: write-through at a read's end and of a lone frame, order under partial
-writes, backpressure, the writer's end, and reads that wait or not."""
+on socket pairs: write-through at a read's end and of a lone frame, the CPU yielded after
+a short read (also by a broker serving our clients), order under partial writes,
+backpressure, the writer's end, and reads that wait or not."""
 
 from __future__ import annotations
 
@@ -11,10 +12,14 @@ import pytest
 import trio
 import trio.testing
 
+import client
+from broker.local_network import free_base_port
 from broker.netio import receive_some, socket_fd
 from broker.outgoing import YIELD_READS_UP_TO, Outgoing, OutQueue
 from broker.protocol import PROTOCOL_VERSION as V
 from broker.protocol import Connection, Deliver, Hello, Pong, Welcome, encode_frame, join_frames
+from broker.server import Broker, BrokerConfig
+from topologies.generators import chain
 
 
 @dataclass
@@ -40,7 +45,8 @@ async def _read_exactly(stream: trio.SocketStream, size: int) -> bytes:
 
 class Writer:
     """An OutQueue on one end of a socket pair (written through unless ``plain``: as
-    for TLS or in-memory streams), and its writer task."""
+    for TLS or in-memory streams), and its writer task; ``outgoing`` to share one
+    `Outgoing` among several."""
 
     def __init__(
         self,
@@ -49,8 +55,9 @@ class Writer:
         limit: int = 1000,
         plain: bool = False,
         join: Callable[[list[bytes]], bytes] = b"".join,
+        outgoing: Outgoing | None = None,
     ):
-        self.outgoing = Outgoing()
+        self.outgoing = Outgoing() if outgoing is None else outgoing
         self.counts = Counts()
         fd = None if plain else socket_fd(local)
         self.queue = OutQueue(limit, 64, self.outgoing, self.counts, fd, join)
@@ -95,10 +102,10 @@ def test_a_short_read_that_wrote_through_yields_the_cpu_once(
     async def main() -> None:
         (local1, peer1), (local2, peer2) = await _pair(), await _pair()
         async with trio.open_nursery() as nursery:
-            outgoing = Outgoing()
-            writers = [Writer(nursery, local, plain=plain) for local in (local1, local2)]
-            for w in writers:
-                w.outgoing = w.queue.outgoing = outgoing
+            outgoing = Outgoing()  # the broker's one, shared by its queues
+            writers = [
+                Writer(nursery, local, plain=plain, outgoing=outgoing) for local in (local1, local2)
+            ]
 
             async def read(messages: int) -> None:
                 await trio.testing.wait_all_tasks_blocked()  # the writers parked
@@ -390,5 +397,41 @@ def test_receive_some_ends_when_the_stream_is_closed_meanwhile() -> None:
             nursery.start_soon(close_soon)
             with pytest.raises(trio.ClosedResourceError), trio.fail_after(5):
                 await receive_some(local, fd, 100)
+
+    trio.run(main)
+
+
+def test_a_broker_yields_after_a_lone_event_and_not_after_a_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broker hands `Outgoing` each read's message count: a read of one event that it
+    delivered yields the CPU once; a read of ten events, written at once by
+    ``publish_many``, does not."""
+    yields: list[None] = []
+    monkeypatch.setattr("broker.outgoing.os.sched_yield", lambda: yields.append(None))
+    topology = chain(1, name="yield", base_port=free_base_port(1))
+    broker = Broker(topology, 1, BrokerConfig())
+    host, port = topology.address(1)
+
+    async def main() -> None:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(broker.serve)
+                async with (
+                    client.open_client(host, port, name="sub") as sub_client,
+                    client.open_client(host, port, name="pub") as pub_client,
+                ):
+                    sub = await sub_client.subscribe("n >= 0")
+                    await trio.sleep(0.05)  # the handshakes' and SubAck's reads done
+                    before = len(yields)
+                    await pub_client.publish({"n": 0})
+                    assert len(await sub.next_batch()) == 1
+                    assert len(yields) == before + 1
+                    await pub_client.publish_many([{"n": n} for n in range(1, 11)])
+                    got = 0
+                    while got < 10:
+                        got += len(await sub.next_batch())
+                    assert len(yields) == before + 1
+                nursery.cancel_scope.cancel()
 
     trio.run(main)
