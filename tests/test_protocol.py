@@ -9,6 +9,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from broker.limits import Limits
 from broker.messages import PUBLISH_HEAD, publish_array, publish_of
 from broker.protocol import (
     DEFAULT_MAX_FRAME,
@@ -978,6 +979,76 @@ def test_arbitrary_msgpack_gives_valid_message_or_protocol_error(obj: object) ->
     [message] = got
     assert encode_message(message) == payload  # nothing was coerced on the way in
     assert encode_message(dataclasses.replace(message)) == payload  # full validation agrees
+
+
+# --- a read that is one whole Publish frame ----------------------------------------------
+
+
+@st.composite
+def publish_payloads(draw: st.DrawFn) -> bytes:
+    """A payload that begins as a Publish's does: a valid one, one with a field replaced
+    (by anything, or by a value of the same type), or one with bytes after the array."""
+    wire = msgpack.unpackb(encode_message(draw(STRATEGIES[Publish])))
+    how = draw(st.sampled_from(["valid", "mutated", "retyped", "trailing"]))
+    if how in ("mutated", "retyped"):
+        i = draw(st.integers(1, 5))
+        wire[i] = draw(structures if how == "mutated" else _same_type(wire[i]))
+    payload = msgpack.packb(wire, use_bin_type=True)
+    if how == "trailing":
+        payload += draw(st.binary(min_size=1, max_size=12))
+    assert payload[:2] == PUBLISH_HEAD
+    return payload
+
+
+def lone_receiver(options: dict[str, bool], handshake: str | None) -> Connection:
+    """An acceptor with ``options``, after a handshake with a ``handshake`` peer (None:
+    before any), holding limits small enough for generated events to break."""
+    conn = Connection("acceptor", limits=Limits(max_attributes=3, max_value_len=6), **options)
+    if handshake is not None:
+        conn.receive_data(Connection("initiator").send(Hello(V, handshake, "n1")))
+        conn.send(Welcome(V, "b1"))
+    return conn
+
+
+def outcome(conn: Connection, reads: list[bytes]) -> tuple[object, ...]:
+    """What ``conn`` makes of ``reads``, one after the other: the messages, the payloads
+    and frames kept for them, or the ProtocolError that ended it."""
+    got: list[object] = []
+    try:
+        for data in reads:
+            got += conn.receive_data(data)
+    except ProtocolError as exc:
+        return ("refused", exc.code, exc.message, conn.state)
+    return (got, conn.received_payloads, bytes(conn.received_frames), conn.state)
+
+
+@settings(max_examples=300)
+@given(
+    payload=publish_payloads(),
+    prefix_error=st.sampled_from([0, 0, 0, -1, 1]),
+    options=st.fixed_dictionaries(
+        {
+            "publish_arrays": st.booleans(),
+            "keep_payloads": st.booleans(),
+            "keep_frames": st.booleans(),
+        }
+    ),
+    handshake=st.sampled_from(["client", "broker", None]),
+)
+def test_a_lone_publish_frame_gives_what_the_same_bytes_in_two_reads_give(
+    payload: bytes, prefix_error: int, options: dict[str, bool], handshake: str | None
+) -> None:
+    """A read that is one whole Publish frame with nothing buffered is decoded straight
+    from the read (`Connection._lone_publish`); cut in two, the same bytes take the
+    stream decoder's way. Both give the same message, kept payload and frame, or the
+    same violation, and the connection goes on the same: the next frame too."""
+    data = struct.pack(">I", len(payload) + prefix_error) + payload
+    whole, cut = lone_receiver(options, handshake), lone_receiver(options, handshake)
+    first = outcome(whole, [data])
+    event(f"{first[0] if first[0] == 'refused' else 'accepted'}")
+    assert first == outcome(cut, [data[:1], data[1:]])
+    after = encode_frame(Publish("next", "p", {"n": 1}, [], 2))
+    assert outcome(whole, [after]) == outcome(cut, [after])
 
 
 # --- a client's own deliveries (build_deliver) ------------------------------------------
