@@ -11,8 +11,9 @@ length bytes are in, without waiting for (or buffering) the body. The payloads a
 buffered by one msgpack stream decoder (``msgpack.Unpacker``) per connection, fed what
 arrives; each payload is taken out of it as bytes and decoded by one ``unpackb`` call,
 and must be exactly one object (`Connection._parse_frames`). A read that is exactly one
-whole Publish frame, with nothing buffered (every event a broker gets at low rates),
-is decoded straight from the read instead (`Connection._lone_publish`): the same
+whole Publish or Deliver frame, with nothing buffered (every event a broker or a
+subscriber gets at low rates), is decoded straight from the read instead
+(`Connection._lone_event`): the same
 message and kept bytes, without the stream decoder's machinery on the way of the
 event, which cost more than the decoding itself with the CPU's caches cold between
 events (docs/performance.md). With ``keep_payloads``
@@ -597,10 +598,12 @@ class Connection:
         if self._error is not None:
             error = self._error
             raise ProtocolError(error.code, f"connection already failed: {error.message}")
-        if self._fed == self._frame_start and data[4:6] == PUBLISH_HEAD:  # nothing buffered
-            lone = self._lone_publish(data)
-            if lone is not None:
-                return lone
+        if self._fed == self._frame_start:  # nothing buffered
+            head = data[4:6]
+            if head in (PUBLISH_HEAD, DELIVER_HEAD):
+                lone = self._lone_event(data, Publish if head == PUBLISH_HEAD else Deliver)
+                if lone is not None:
+                    return lone
         messages: list[Any] = []
         payloads: list[bytes] | None = [] if self._keep_payloads else None
         begin = self._frame_start
@@ -626,28 +629,34 @@ class Connection:
             self.received_frames = buffer
         return messages
 
-    def _lone_publish(self, data: bytes | bytearray | memoryview) -> list[Any] | None:
-        """`receive_data` of ``data`` that begins with a Publish frame's head, while nothing
-        is buffered: if ``data`` is exactly that one whole frame and a valid Publish this
-        side may receive now, its message in a list, with ``received_payloads`` and
-        ``received_frames`` set as `receive_data` sets them; else None, having changed
-        nothing, for `receive_data`'s general way to decode it again and name what is
-        wrong (the stream decoder is not fed: the frame is all that arrived)."""
+    def _lone_event(self, data: bytes | bytearray | memoryview, kind: type) -> list[Any] | None:
+        """`receive_data` of ``data`` that begins with the head of a ``kind`` frame (Publish
+        or Deliver), while nothing is buffered: if ``data`` is exactly that one whole frame
+        and a valid message this side may receive now, the message in a list, with
+        ``received_payloads`` and ``received_frames`` set as `receive_data` sets them;
+        else None, having changed nothing, for `receive_data`'s general way to decode it
+        again and name what is wrong (the stream decoder is not fed: the frame is all
+        that arrived). A Deliver is built (``build_deliver``) only once valid, as there."""
         length = len(data) - 4
         if (
             int.from_bytes(data[:4], "big") != length
             or length > self._max_frame
-            or Publish not in self._receivable
+            or kind not in self._receivable
         ):
             return None
         payload = bytes(data[4:])
-        arrays = self._publish_arrays
-        try:  # (the head says six elements, Publish's code first: see `_parse_frames`)
+        try:  # (the head says how many elements, the code first: see `_parse_frames`)
             wire = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-            message: Any = checked_publish_array(wire) if arrays else Publish._from_wire(wire)
-            limited = self._limited
-            if limited is not None:
-                limited.check_event(message[3] if arrays else message.attributes, length)
+            if kind is Deliver:
+                message: Any = self._decoders[Deliver.TYPE][2](wire)
+            elif self._publish_arrays:
+                message = checked_publish_array(wire)
+            else:
+                message = Publish._from_wire(wire)
+            limited = self._limited  # (Deliver is never limited: only a client's messages)
+            if limited is not None and kind is Publish:
+                attributes = message[3] if self._publish_arrays else message.attributes
+                limited.check_event(attributes, length)
         except Exception:  # msgpack's errors, ProtocolError: reported the general way
             return None
         if self._keep_payloads:

@@ -10,7 +10,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from broker.limits import Limits
-from broker.messages import PUBLISH_HEAD, publish_array, publish_of
+from broker.messages import DELIVER_HEAD, PUBLISH_HEAD, publish_array, publish_of
 from broker.protocol import (
     DEFAULT_MAX_FRAME,
     DELIVERIES_PAYLOAD,
@@ -984,29 +984,49 @@ def test_arbitrary_msgpack_gives_valid_message_or_protocol_error(obj: object) ->
 # --- a read that is one whole Publish frame ----------------------------------------------
 
 
+HEADS = {Publish: PUBLISH_HEAD, Deliver: DELIVER_HEAD}
+
+
 @st.composite
-def publish_payloads(draw: st.DrawFn) -> bytes:
-    """A payload that begins as a Publish's does: a valid one, one with a field replaced
-    (by anything, or by a value of the same type), or one with bytes after the array."""
-    wire = msgpack.unpackb(encode_message(draw(STRATEGIES[Publish])))
+def event_payloads(draw: st.DrawFn, kind: type[Message]) -> bytes:
+    """A payload that begins as a ``kind``'s (Publish or Deliver) does: a valid one, one
+    with a field replaced (by anything, or by a value of the same type), or one with
+    bytes after the array."""
+    wire = msgpack.unpackb(encode_message(draw(STRATEGIES[kind])))
     how = draw(st.sampled_from(["valid", "mutated", "retyped", "trailing"]))
     if how in ("mutated", "retyped"):
-        i = draw(st.integers(1, 5))
+        i = draw(st.integers(1, len(wire) - 1))
         wire[i] = draw(structures if how == "mutated" else _same_type(wire[i]))
     payload = msgpack.packb(wire, use_bin_type=True)
     if how == "trailing":
         payload += draw(st.binary(min_size=1, max_size=12))
-    assert payload[:2] == PUBLISH_HEAD
+    assert payload[:2] == HEADS[kind]
     return payload
 
 
-def lone_receiver(options: dict[str, bool], handshake: str | None) -> Connection:
-    """An acceptor with ``options``, after a handshake with a ``handshake`` peer (None:
-    before any), holding limits small enough for generated events to break."""
-    conn = Connection("acceptor", limits=Limits(max_attributes=3, max_value_len=6), **options)
+def lone_receiver(
+    kind: type[Message], options: dict[str, bool], handshake: str | None, built: list[object]
+) -> Connection:
+    """The side that receives ``kind`` (a broker for Publish, a client building its
+    Delivers into ``built`` for Deliver), with ``options``, after a handshake with a
+    ``handshake`` peer or as itself (None: before any); a broker holds limits small
+    enough for generated events to break."""
+    if kind is Publish:
+        conn = Connection("acceptor", limits=Limits(max_attributes=3, max_value_len=6), **options)
+        if handshake is not None:
+            conn.receive_data(Connection("initiator").send(Hello(V, handshake, "n1")))
+            conn.send(Welcome(V, "b1"))
+        return conn
+
+    def build(*fields: object) -> tuple[object, ...]:
+        built.append(("built", *fields))
+        return built[-1]
+
+    conn = Connection("initiator", build_deliver=build, **options)
     if handshake is not None:
-        conn.receive_data(Connection("initiator").send(Hello(V, handshake, "n1")))
-        conn.send(Welcome(V, "b1"))
+        broker = Connection("acceptor")
+        broker.receive_data(conn.send(Hello(V, handshake, "n1")))
+        conn.receive_data(broker.send(Welcome(V, "b1")))
     return conn
 
 
@@ -1024,7 +1044,8 @@ def outcome(conn: Connection, reads: list[bytes]) -> tuple[object, ...]:
 
 @settings(max_examples=300)
 @given(
-    payload=publish_payloads(),
+    data=st.data(),
+    kind=st.sampled_from([Publish, Deliver]),
     prefix_error=st.sampled_from([0, 0, 0, -1, 1]),
     options=st.fixed_dictionaries(
         {
@@ -1035,20 +1056,34 @@ def outcome(conn: Connection, reads: list[bytes]) -> tuple[object, ...]:
     ),
     handshake=st.sampled_from(["client", "broker", None]),
 )
-def test_a_lone_publish_frame_gives_what_the_same_bytes_in_two_reads_give(
-    payload: bytes, prefix_error: int, options: dict[str, bool], handshake: str | None
+def test_a_lone_event_frame_gives_what_the_same_bytes_in_two_reads_give(
+    data: st.DataObject,
+    kind: type[Message],
+    prefix_error: int,
+    options: dict[str, bool],
+    handshake: str | None,
 ) -> None:
-    """A read that is one whole Publish frame with nothing buffered is decoded straight
-    from the read (`Connection._lone_publish`); cut in two, the same bytes take the
-    stream decoder's way. Both give the same message, kept payload and frame, or the
-    same violation, and the connection goes on the same: the next frame too."""
-    data = struct.pack(">I", len(payload) + prefix_error) + payload
-    whole, cut = lone_receiver(options, handshake), lone_receiver(options, handshake)
-    first = outcome(whole, [data])
-    event(f"{first[0] if first[0] == 'refused' else 'accepted'}")
-    assert first == outcome(cut, [data[:1], data[1:]])
-    after = encode_frame(Publish("next", "p", {"n": 1}, [], 2))
+    """A read that is one whole Publish or Deliver frame with nothing buffered is decoded
+    straight from the read (`Connection._lone_event`); cut in two, the same bytes take
+    the stream decoder's way. Both give the same message (a client's Delivers built the
+    same, as often), kept payload and frame, or the same violation, and the connection
+    goes on the same: the next frame too."""
+    payload = data.draw(event_payloads(kind))
+    frame = struct.pack(">I", len(payload) + prefix_error) + payload
+    built_whole: list[object] = []
+    built_cut: list[object] = []
+    whole = lone_receiver(kind, options, handshake, built_whole)
+    cut = lone_receiver(kind, options, handshake, built_cut)
+    first = outcome(whole, [frame])
+    event(f"{kind.__name__} {first[0] if first[0] == 'refused' else 'accepted'}")
+    assert first == outcome(cut, [frame[:1], frame[1:]])
+    after = encode_frame(
+        Publish("next", "p", {"n": 1}, [], 2)
+        if kind is Publish
+        else Deliver([1], "next", "p", {"n": 1}, [], 2)
+    )
     assert outcome(whole, [after]) == outcome(cut, [after])
+    assert built_whole == built_cut
 
 
 # --- a client's own deliveries (build_deliver) ------------------------------------------
