@@ -13,15 +13,14 @@ arrives; each payload is taken out of it as bytes and decoded by one ``unpackb``
 and must be exactly one object (`Connection._parse_frames`). A read that is exactly one
 whole Publish or Deliver frame, with nothing buffered (every event a broker or a
 subscriber gets at low rates), is decoded straight from the read instead
-(`Connection._lone_event`): the same
-message and kept bytes, without the stream decoder's machinery on the way of the
-event, which cost more than the decoding itself with the CPU's caches cold between
-events (docs/performance.md). With ``keep_payloads``
-those bytes are kept beside the messages (``received_payloads``), so that a broker can
-forward an event by splicing its own id into the bytes it received instead of encoding
-the event again (`RoutedFrames.publish_received`). A broker sends a client its Delivers
-joined into `Deliveries` frames (`join_frames`), which ``receive_data`` returns as the
-Delivers they carry.
+(`Connection._lone_event`): the same message and kept bytes, without the stream
+decoder's machinery on the way of the event, which costs more than the decoding itself
+when the CPU's caches went cold between events (docs/performance.md). With
+``keep_payloads`` those bytes are kept beside the messages (``received_payloads``), so
+that a broker can forward an event by splicing its own id into the bytes it received
+instead of encoding the event again (`RoutedFrames.publish_received`). A broker sends
+a client its Delivers joined into `Deliveries` frames (`join_frames`), which
+``receive_data`` returns as the Delivers they carry.
 
 Sides. The *initiator* opened the TCP connection: it sends Hello, then waits for Welcome.
 The *acceptor* waits for Hello, then answers Welcome (or Error to refuse it). Only brokers
@@ -653,7 +652,7 @@ class Connection:
                 message = checked_publish_array(wire)
             else:
                 message = Publish._from_wire(wire)
-            limited = self._limited  # (Deliver is never limited: only a client's messages)
+            limited = self._limited  # (limits are on a client's messages to a broker)
             if limited is not None and kind is Publish:
                 attributes = message[3] if self._publish_arrays else message.attributes
                 limited.check_event(attributes, length)
