@@ -981,7 +981,7 @@ def test_arbitrary_msgpack_gives_valid_message_or_protocol_error(obj: object) ->
     assert encode_message(dataclasses.replace(message)) == payload  # full validation agrees
 
 
-# --- a read that is one whole Publish frame ----------------------------------------------
+# --- a read that is one whole Publish or Deliver frame ----------------------------------
 
 
 HEADS = {Publish: PUBLISH_HEAD, Deliver: DELIVER_HEAD}
