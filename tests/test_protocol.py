@@ -1055,6 +1055,7 @@ def outcome(conn: Connection, reads: list[bytes]) -> tuple[object, ...]:
         }
     ),
     handshake=st.sampled_from(["client", "broker", None]),
+    leftover=st.sampled_from([b"", b"", b"\x00", b"\x00\x00\x00"]),
 )
 def test_a_lone_event_frame_gives_what_the_same_bytes_in_two_reads_give(
     data: st.DataObject,
@@ -1062,21 +1063,23 @@ def test_a_lone_event_frame_gives_what_the_same_bytes_in_two_reads_give(
     prefix_error: int,
     options: dict[str, bool],
     handshake: str | None,
+    leftover: bytes,
 ) -> None:
     """A read that is one whole Publish or Deliver frame with nothing buffered is decoded
     straight from the read (`Connection._lone_event`); cut in two, the same bytes take
     the stream decoder's way. Both give the same message (a client's Delivers built the
     same, as often), kept payload and frame, or the same violation, and the connection
-    goes on the same: the next frame too."""
+    goes on the same: the next frame too. After a ``leftover`` (the start of a frame,
+    buffered) such a read is no lone frame: it goes on that frame."""
     payload = data.draw(event_payloads(kind))
     frame = struct.pack(">I", len(payload) + prefix_error) + payload
     built_whole: list[object] = []
     built_cut: list[object] = []
     whole = lone_receiver(kind, options, handshake, built_whole)
     cut = lone_receiver(kind, options, handshake, built_cut)
-    first = outcome(whole, [frame])
+    first = outcome(whole, [leftover, frame])
     event(f"{kind.__name__} {first[0] if first[0] == 'refused' else 'accepted'}")
-    assert first == outcome(cut, [frame[:1], frame[1:]])
+    assert first == outcome(cut, [leftover, frame[:1], frame[1:]])
     after = encode_frame(
         Publish("next", "p", {"n": 1}, [], 2)
         if kind is Publish
