@@ -255,7 +255,19 @@ class _Attribute:
                     bucket.collect(event, out)
             if value == value:  # NaN meets no ordering constraint
                 for op, entries in self.number_ranges.items():
-                    entries.collect_op(op, value, event, out)
+                    # `_Sorted.collect_op`, inline: most events meet no bound of most
+                    # lists, and this skips two calls for each.
+                    bounds = entries.bounds
+                    if op is _GT:  # value > bound
+                        stop = bisect_left(bounds, value)
+                        if stop:
+                            entries.collect(0, stop, event, out)
+                    elif op is _LT:  # value < bound
+                        start = bisect_right(bounds, value)
+                        if start < len(bounds):
+                            entries.collect(start, len(bounds), event, out)
+                    else:
+                        entries.collect_op(op, value, event, out)
                 if self.intervals and (t is int or math.isfinite(value)):
                     self._collect_intervals(value, event, out)
         elif t is str:

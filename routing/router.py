@@ -141,7 +141,10 @@ class Router:
     def __init__(self, strategy: str = "hierarchical", parent: Link | None = None) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown routing strategy {strategy!r}; use one of {STRATEGIES}")
-        self.strategy = strategy
+        self._strategy = strategy
+        # Per event, `route` reads these instead of comparing the strategy's name.
+        self._floods = strategy == "flooding"
+        self._up_always = strategy != "acyclic"  # every event also goes to the parent
         self.parent = parent
         self._brokers: set[Link] = set()
         self._clients: set[Link] = set()
@@ -152,6 +155,10 @@ class Router:
         self._ids = itertools.count(1)
 
     # -- links ----------------------------------------------------------------------
+
+    @property
+    def strategy(self) -> str:
+        return self._strategy
 
     def add_broker(self, link: Link) -> list[Action]:
         """A neighbouring broker (the parent or a child) is connected."""
@@ -338,14 +345,21 @@ class Router:
         clients = self._clients
         for link, sub_id in matched:
             if link in clients:  # a client also gets what it published itself
-                deliver.setdefault(link, []).append(sub_id)
+                ids = deliver.get(link)
+                if ids is None:
+                    deliver[link] = [sub_id]
+                else:
+                    ids.append(sub_id)
             elif link != source:
                 forward.add(link)
-        if self.strategy == "flooding":
+        if self._floods:
             forward = {b for b in self._brokers if b != source}
-        if self.strategy != "acyclic" and self.parent is not None and source != self.parent:
+        parent = self.parent
+        if parent is not None and self._up_always and source != parent:
             # Also while the parent link is down, so the broker sees the event is lost.
-            forward.add(self.parent)
+            forward.add(parent)
+        if not forward:
+            return Decision([], deliver, len(matched))
         ordered = sorted(forward, key=str) if len(forward) > 1 else list(forward)
         return Decision(ordered, deliver, len(matched))
 
