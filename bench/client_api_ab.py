@@ -87,19 +87,27 @@ def summary(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> list[di
     return out
 
 
-def broker_cpu(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per system of ours measured in every run of both sides: our broker's CPU per event
-    at 1-to-1 saturation per run, their medians, and the paired quotient (this side's
-    over REV's, run by run): a change to the broker's per-event work shows here before
-    it shows in a rate the three processes share."""
+PROCESSES = {"broker": "broker", "publisher": "pub", "subscriber": "sub"}
+"""The processes whose CPU per event `cpu_per_event` pairs: the name in the result
+file's ``{name}_cpu`` and the prefix of the run's ``{prefix}_cpu_us_per_event``."""
+
+
+def cpu_per_event(
+    ours: list[dict[str, Any]], theirs: list[dict[str, Any]], process: str = "broker"
+) -> list[dict[str, Any]]:
+    """Per system of ours measured in every run of both sides: the CPU per event of its
+    ``process`` (a key of PROCESSES) at 1-to-1 saturation per run, their medians, and
+    the paired quotient (this side's over REV's, run by run): a change to one process's
+    per-event work shows here before it shows in a rate the three processes share."""
+    field = f"{PROCESSES[process]}_cpu_us_per_event"
     out = []
     for system in ours[0]["systems"] if ours else []:
         if not system.startswith("hop-"):
             continue
 
         def cpu(run: dict[str, Any], system: str = system) -> Any:
-            """Its broker's CPU us per event at 1-to-1 in ``run``; None if not measured."""
-            return lookup(run["systems"], system, "fanout1", "broker_cpu_us_per_event")
+            """Its CPU us per event at 1-to-1 in ``run``; None if not measured."""
+            return lookup(run["systems"], system, "fanout1", field)
 
         a, b = [cpu(run) for run in ours], [cpu(run) for run in theirs]
         if None in a or None in b:
@@ -150,7 +158,10 @@ def main(argv: list[str] | None = None) -> None:
         "command": f"python -m bench.client_api --repeats 1 --only {' '.join(args.only)}"
         + (f" --events {args.events}" if args.events else ""),
         "summary": summary(results["ours"], results["against"]),
-        "broker_cpu": broker_cpu(results["ours"], results["against"]),
+        **{
+            f"{process}_cpu": cpu_per_event(results["ours"], results["against"], process)
+            for process in PROCESSES
+        },
         "runs": {
             side: [{k: r.get(k) for k in keep} for r in runs] for side, runs in results.items()
         },  # fmt: skip
@@ -163,9 +174,9 @@ def main(argv: list[str] | None = None) -> None:
             f"({s['paired_range'][0]}-{s['paired_range'][1]}), better in {s['better_in']} "
             f"of {len(s['paired'])}"
         )
-    for c in result["broker_cpu"]:
+    for process, c in ((p, c) for p in PROCESSES for c in result[f"{p}_cpu"]):
         print(
-            f"{c['system']} broker CPU per event at 1-to-1: {c['median']:.2f} us here, "
+            f"{c['system']} {process} CPU per event at 1-to-1: {c['median']:.2f} us here, "
             f"{c['median_against']:.2f} at {revision}; paired {c['paired_median']:.3f} "
             f"({c['paired_range'][0]}-{c['paired_range'][1]}), lower in {c['lower_in']} "
             f"of {len(c['paired'])}"

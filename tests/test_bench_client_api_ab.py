@@ -38,22 +38,33 @@ def test_each_targets_ratios_are_paired_run_by_run() -> None:
     assert (p50["paired_range"], p50["better_in"]) == ([0.923, 1.1], 1)  # lower is better
 
 
-def _cpu(hop: float | None, mqtt: float = 3.0) -> dict[str, Any]:
-    """A run whose brokers needed these CPU us per event at 1-to-1 (None: not measured)."""
-    fanout1 = {} if hop is None else {"broker_cpu_us_per_event": hop}
-    theirs = {"fanout1": {"broker_cpu_us_per_event": mqtt}}
+def _cpu(hop: float | None, mqtt: float = 3.0, pub: float = 3.5) -> dict[str, Any]:
+    """A run whose brokers needed these CPU us per event at 1-to-1 (None: not measured),
+    and our publisher ``pub``."""
+    fanout1 = {"pub_cpu_us_per_event": pub}
+    if hop is not None:
+        fanout1["broker_cpu_us_per_event"] = hop
+    theirs = {"fanout1": {"broker_cpu_us_per_event": mqtt, "pub_cpu_us_per_event": 4.0}}
     return {"systems": {"hop-trio": {"fanout1": fanout1}, "mosquitto-gmqtt": theirs}}
 
 
 def test_our_brokers_cpu_is_paired_run_by_run() -> None:
     """Only our systems' brokers, lower is better; one run without it leaves it out."""
-    (cpu,) = client_api_ab.broker_cpu([_cpu(6.0), _cpu(5.5), _cpu(6.6)],
-                                      [_cpu(6.4), _cpu(5.0), _cpu(7.2)])  # fmt: skip
+    (cpu,) = client_api_ab.cpu_per_event([_cpu(6.0), _cpu(5.5), _cpu(6.6)],
+                                         [_cpu(6.4), _cpu(5.0), _cpu(7.2)])  # fmt: skip
     assert cpu["system"] == "hop-trio"
     assert cpu["paired"] == [0.938, 1.1, 0.917]
     assert (cpu["paired_median"], cpu["lower_in"]) == (0.938, 2)
     assert (cpu["median"], cpu["median_against"]) == (6.0, 6.4)
-    assert client_api_ab.broker_cpu([_cpu(6.0), _cpu(None)], [_cpu(6.0), _cpu(6.0)]) == []
+    assert client_api_ab.cpu_per_event([_cpu(6.0), _cpu(None)], [_cpu(6.0), _cpu(6.0)]) == []
+
+
+def test_the_publishers_cpu_is_paired_like_the_brokers() -> None:
+    (cpu,) = client_api_ab.cpu_per_event([_cpu(6.0, pub=3.0), _cpu(6.0, pub=4.4)],
+                                         [_cpu(6.0, pub=3.3), _cpu(6.0, pub=4.0)],
+                                         "publisher")  # fmt: skip
+    assert cpu["paired"] == [0.909, 1.1]
+    assert (cpu["median"], cpu["median_against"]) == (3.7, 3.65)
 
 
 def test_a_target_missing_from_a_run_is_left_out() -> None:
