@@ -158,6 +158,7 @@ class Router:
 
     @property
     def strategy(self) -> str:
+        """One of STRATEGIES, fixed when the router is made (`route` reads flags of it)."""
         return self._strategy
 
     def add_broker(self, link: Link) -> list[Action]:
