@@ -174,13 +174,14 @@ def main(argv: list[str] | None = None) -> None:
             f"({s['paired_range'][0]}-{s['paired_range'][1]}), better in {s['better_in']} "
             f"of {len(s['paired'])}"
         )
-    for process, c in ((p, c) for p in PROCESSES for c in result[f"{p}_cpu"]):
-        print(
-            f"{c['system']} {process} CPU per event at 1-to-1: {c['median']:.2f} us here, "
-            f"{c['median_against']:.2f} at {revision}; paired {c['paired_median']:.3f} "
-            f"({c['paired_range'][0]}-{c['paired_range'][1]}), lower in {c['lower_in']} "
-            f"of {len(c['paired'])}"
-        )
+    for process in PROCESSES:
+        for c in result[f"{process}_cpu"]:
+            print(
+                f"{c['system']} {process} CPU per event at 1-to-1: {c['median']:.2f} us "
+                f"here, {c['median_against']:.2f} at {revision}; paired "
+                f"{c['paired_median']:.3f} ({c['paired_range'][0]}-{c['paired_range'][1]}), "
+                f"lower in {c['lower_in']} of {len(c['paired'])}"
+            )
 
 
 if __name__ == "__main__":

@@ -359,9 +359,7 @@ class Router:
         if parent is not None and self._up_always and source != parent:
             # Also while the parent link is down, so the broker sees the event is lost.
             forward.add(parent)
-        if not forward:
-            return Decision([], deliver, len(matched))
-        ordered = sorted(forward, key=str) if len(forward) > 1 else list(forward)
+        ordered = sorted(forward, key=str) if len(forward) > 1 else [*forward]
         return Decision(ordered, deliver, len(matched))
 
     # -- introspection ----------------------------------------------------------------
