@@ -78,7 +78,7 @@ from typing import Any, Protocol
 import msgpack
 import trio
 
-from bench.common import REPO, lookup, median, paired_ratios, write_result
+from bench.common import REPO, lookup, median, p_text, paired_ratios, sign_test_p, write_result
 from bench.throughput import (
     HOST,
     MATCHING_FILTER,
@@ -940,7 +940,8 @@ def table(result: dict[str, Any]) -> str:
         ratios = t.get("ratios") or []
         paired = (
             f" (per repetition {median(ratios):.2f}x, {min(ratios):.2f}-{max(ratios):.2f}; "
-            f"ours better in {t['repetitions_won']} of {len(ratios)})"
+            f"ours better in {t['repetitions_won']} of {len(ratios)}, sign test "
+            f"{p_text(sign_test_p(t['repetitions_won'], len(ratios)))})"
             if ratios
             else ""
         )

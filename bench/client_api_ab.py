@@ -29,8 +29,10 @@ from bench.common import (
     REPO,
     lookup,
     median,
+    p_text,
     paired_ratios,
     short_revision,
+    sign_test_p,
     worktree,
     write_result,
 )
@@ -172,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{s['ours']} {s['what']}: ratio to {s['baseline']} {s['ratio_median']:.3f} here, "
             f"{s['ratio_median_against']:.3f} at {revision}; paired {s['paired_median']:.3f} "
             f"({s['paired_range'][0]}-{s['paired_range'][1]}), better in {s['better_in']} "
-            f"of {len(s['paired'])}"
+            f"of {len(s['paired'])} ({p_text(sign_test_p(s['better_in'], len(s['paired'])))})"
         )
     for process in PROCESSES:
         for c in result[f"{process}_cpu"]:
@@ -180,7 +182,8 @@ def main(argv: list[str] | None = None) -> None:
                 f"{c['system']} {process} CPU per event at 1-to-1: {c['median']:.2f} us "
                 f"here, {c['median_against']:.2f} at {revision}; paired "
                 f"{c['paired_median']:.3f} ({c['paired_range'][0]}-{c['paired_range'][1]}), "
-                f"lower in {c['lower_in']} of {len(c['paired'])}"
+                f"lower in {c['lower_in']} of {len(c['paired'])} "
+                f"({p_text(sign_test_p(c['lower_in'], len(c['paired'])))})"
             )
 
 

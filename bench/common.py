@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import platform
 import statistics
@@ -163,6 +164,23 @@ def paired_ratios(
 
     a, b = by_rep(ours), by_rep(base)
     return [round(a[rep] / b[rep], 3) for rep in sorted(a.keys() & b.keys()) if b[rep]]
+
+
+def sign_test_p(wins: int, n: int) -> float:
+    """The two-sided sign test's p-value for ours the better in ``wins`` of ``n`` paired
+    repetitions: the chance that a fair coin tossed ``n`` times comes out at least as
+    lopsided. Printed beside each such count, so that "better in 21 of 30" reads as
+    the evidence it is (p = 0.043) and a tie as a tie (15 of 30: p = 1)."""
+    if n <= 0:
+        return 1.0
+    fewer = min(wins, n - wins)
+    tail = sum(math.comb(n, k) for k in range(fewer + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def p_text(p: float) -> str:
+    """A p-value as the docs quote it: two significant digits, or "p < 0.0001"."""
+    return "p < 0.0001" if p < 0.0001 else f"p = {p:.2g}"
 
 
 def write_result(name: str, result: dict[str, Any], out: Path | None = None) -> Path:

@@ -117,7 +117,7 @@ def test_targets_pair_the_repetitions_both_systems_ran() -> None:
     result = {"systems": systems, "targets": client_api.targets(systems), "settings": {}}
     assert (
         "- hop-trio p50 at 500/s: 300 vs mosquitto-gmqtt 200: NOT met "
-        "(per repetition 1.12x, 0.75-1.50; ours better in 1 of 2)"
+        "(per repetition 1.12x, 0.75-1.50; ours better in 1 of 2, sign test p = 1)"
     ) in client_api.table(result)
 
     def legacy(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:  # numbered in order

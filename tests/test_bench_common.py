@@ -6,7 +6,16 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from bench.common import alternating, machine_info, modified_files, short_revision
+import pytest
+
+from bench.common import (
+    alternating,
+    machine_info,
+    modified_files,
+    p_text,
+    short_revision,
+    sign_test_p,
+)
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -45,3 +54,32 @@ def test_rounds_alternate_the_order_of_the_systems() -> None:
         (1, "c"), (1, "b"), (1, "a"),
         (2, "a"), (2, "b"), (2, "c"),
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("wins", "n", "p"),
+    [
+        (21, 30, 0.0428),  # the exact binomial tails, to four places
+        (22, 30, 0.0161),
+        (25, 30, 0.000325),
+        (20, 30, 0.0987),
+        (15, 30, 1.0),
+        (0, 5, 0.0625),
+        (5, 5, 0.0625),
+        (11, 12, 0.00635),
+    ],
+)
+def test_the_sign_test_gives_the_two_sided_binomial_tail(wins: int, n: int, p: float) -> None:
+    assert sign_test_p(wins, n) == pytest.approx(p, rel=2e-3)
+    assert sign_test_p(n - wins, n) == sign_test_p(wins, n)  # either way lopsided
+
+
+def test_a_sign_test_of_nothing_proves_nothing() -> None:
+    assert sign_test_p(0, 0) == 1.0
+    assert sign_test_p(1, 1) == 1.0  # one toss cannot be lopsided enough
+
+
+def test_p_values_read_as_the_docs_quote_them() -> None:
+    assert p_text(0.0428) == "p = 0.043"
+    assert p_text(1.0) == "p = 1"
+    assert p_text(0.00002) == "p < 0.0001"
