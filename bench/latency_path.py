@@ -140,10 +140,16 @@ def round_placement(
         if chosen:
             out[name] = {
                 "share": round(len(chosen) / len(paths), 3),
-                "total": median([p[-1] - p[0] for p in chosen]) / 1000,
-                BROKER_SPAN: median([p[sub_wake] - p[pub_write] for p in chosen]) / 1000,
+                "total": span_us(chosen, 0, -1),
+                BROKER_SPAN: span_us(chosen, pub_write, sub_wake),
             }
     return out
+
+
+def span_us(paths: list[list[int]], start: int, end: int) -> float:
+    """The median over ``paths`` of the span from their ``start``th point to their
+    ``end``th, in microseconds."""
+    return median([p[end] - p[start] for p in paths]) / 1000
 
 
 def kind_of(system: str) -> str:
@@ -153,13 +159,11 @@ def kind_of(system: str) -> str:
 
 def round_segments(kind: str, paths: list[list[int]]) -> dict[str, float]:
     """The median of each segment over one round's event paths, in microseconds."""
-    out = {}
-    for k, name in enumerate(SEGMENTS[kind]):
-        out[name] = median([p[k + 1] - p[k] for p in paths]) / 1000
+    out = {name: span_us(paths, k, k + 1) for k, name in enumerate(SEGMENTS[kind])}
     pub_write, sub_wake = span_ends(kind)
     if sub_wake - pub_write > 1:  # (else it is a segment already)
-        out[BROKER_SPAN] = median([p[sub_wake] - p[pub_write] for p in paths]) / 1000
-    out["total"] = median([p[-1] - p[0] for p in paths]) / 1000
+        out[BROKER_SPAN] = span_us(paths, pub_write, sub_wake)
+    out["total"] = span_us(paths, 0, -1)
     return out
 
 
