@@ -1,0 +1,125 @@
+"""The client targets over several runs of `bench.client_api`, judged by one rule.
+
+``python -m bench.client_verdict [--ours SYSTEM] FILE [FILE ...]`` prints a markdown
+table with a row per result file and a column per target measured in them (our
+client against its MQTT baseline; ``--ours``: that client's only), then how often
+each target was met. A cell gives both medians, the
+ratio ours / baseline per repetition (median and range), in how many repetitions ours
+was the better, the two-sided sign test of that count, and the judgement:
+
+* **met**: the medians meet the target, and ours was the better in every repetition
+  or in a majority that a sign test does not put down to chance (p < `SIGNIFICANT`);
+* **not met**: the medians miss it, and ours was the worse in every repetition or in
+  such a majority;
+* **a tie**: anything else (the medians and the repetitions disagree, or the count is
+  one a fair coin gives as often). A short run of five repetitions decides only when
+  all five agree.
+
+One run's medians can meet a target by a hair in one hour and miss it in the next;
+the rule keeps a run that a coin could have decided from counting either way
+(docs/performance.md, "Where the targets stand").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.client_api import TARGETS, targets
+from bench.common import median, p_text, sign_test_p
+
+SIGNIFICANT = 0.05
+"""The sign test's p under which a majority of repetitions counts."""
+
+JUDGEMENTS = ("met", "a tie", "not met")
+
+
+def judged(target: dict[str, Any]) -> str | None:
+    """The judgement of one target of one run (a `bench.client_api.targets` entry);
+    None when it was not measured."""
+    ratios, won = target.get("ratios") or [], target.get("repetitions_won", 0)
+    if target["target_met"] is None or not ratios:
+        return None
+    n = len(ratios)
+    lopsided = sign_test_p(won, n) < SIGNIFICANT
+    if target["target_met"] and (won == n or (lopsided and 2 * won > n)):
+        return "met"
+    if not target["target_met"] and (won == 0 or (lopsided and 2 * won < n)):
+        return "not met"
+    return "a tie"
+
+
+def value_text(value: float) -> str:
+    """A rate in thousands ("161.5k"), a latency in whole microseconds ("152")."""
+    return f"{value / 1000:.1f}k" if value >= 10_000 else f"{value:.0f}"
+
+
+def cell(target: dict[str, Any]) -> str:
+    verdict = judged(target)
+    if verdict is None:
+        return "-"
+    ratios, won = target["ratios"], target["repetitions_won"]
+    return (
+        f"{value_text(target['ours_value'])} / {value_text(target['baseline_value'])}; "
+        f"{median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}); "
+        f"{won} of {len(ratios)}, {p_text(sign_test_p(won, len(ratios)))}: {verdict}"
+    )
+
+
+def measured(result: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The targets ``result`` measured, by (our system, what), in `TARGETS`' order;
+    computed again from its systems, as `bench.client_api --table` does."""
+    return {(t["ours"], t["what"]): t for t in targets(result["systems"]) if judged(t) is not None}
+
+
+def verdict(files: list[Path], ours: str | None = None) -> str:
+    """The table of the runs in ``files`` and how often each target was met; only the
+    targets of our system ``ours`` if given."""
+    runs = [(file, json.loads(file.read_text())) for file in files]
+    by_run = [
+        {key: t for key, t in measured(result).items() if ours in (None, key[0])}
+        for _, result in runs
+    ]
+    order = [(ours, what) for what, ours, *_ in TARGETS]
+    columns = sorted({key for found in by_run for key in found}, key=order.index)
+    if not columns:
+        return "No client target was measured in these files."
+    baseline = {key: found[key]["baseline"] for found in by_run for key in found}
+    rows = [
+        "| result file | written (UTC) | revision | "
+        + " | ".join(f"{ours} {what} against {baseline[ours, what]}" for ours, what in columns)
+        + " |",
+        "|---|---|---|" + "---|" * len(columns),
+    ]
+    for (file, result), found in zip(runs, by_run, strict=True):
+        machine = result.get("machine", {})
+        written = str(machine.get("date", "-")).replace("T", " ").removesuffix("Z")[:16]
+        code = [name for name in machine.get("git_modified") or [] if name.endswith(".py")]
+        revision = machine.get("git_revision", "-") + (
+            f" with {', '.join(code)} modified" if code else ""
+        )
+        cells = " | ".join(cell(found[key]) if key in found else "-" for key in columns)
+        rows.append(f"| `{file.name}` | {written} | {revision} | {cells} |")
+    lines = ["\n".join(rows), ""]
+    for key in columns:
+        counts = [judged(found[key]) for found in by_run if key in found]
+        tally = ", ".join(f"{word} in {counts.count(word)}" for word in JUDGEMENTS)
+        runs_text = "run" if len(counts) == 1 else "runs"
+        lines.append(f"- {key[0]} {key[1]}: {tally} of {len(counts)} {runs_text}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="+", type=Path, help="bench.client_api result files")
+    parser.add_argument(
+        "--ours", choices=sorted({ours for _, ours, *_ in TARGETS}), help="this client only"
+    )
+    args = parser.parse_args(argv)
+    print(verdict(args.files, args.ours))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""bench.client_verdict: each run's targets judged by one rule (the medians and the
+repetitions must agree, and a majority must be more than a coin gives), and the
+table of several runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import client_api, client_verdict
+
+
+def _target(met: bool | None, won: int, n: int) -> dict[str, Any]:
+    return {"target_met": met, "ratios": [1.0] * n, "repetitions_won": won}
+
+
+@pytest.mark.parametrize(
+    ("met", "won", "n", "judgement"),
+    [
+        (True, 21, 30, "met"),  # p = 0.043
+        (True, 20, 30, "a tie"),  # p = 0.099: a coin gives that one time in ten
+        (True, 5, 5, "met"),  # every repetition: the most five can say
+        (True, 4, 5, "a tie"),
+        (True, 8, 30, "a tie"),  # the medians meet it, the repetitions say otherwise
+        (False, 9, 30, "not met"),
+        (False, 0, 5, "not met"),
+        (False, 15, 30, "a tie"),
+        (False, 25, 30, "a tie"),  # the medians miss it, the repetitions say otherwise
+    ],
+)
+def test_a_target_is_judged_by_its_medians_and_its_repetitions_together(
+    met: bool, won: int, n: int, judgement: str
+) -> None:
+    assert client_verdict.judged(_target(met, won, n)) == judgement
+
+
+def test_a_target_not_measured_is_not_judged() -> None:
+    assert client_verdict.judged(_target(None, 0, 0)) is None
+    assert client_verdict.judged(_target(True, 0, 0)) is None  # (no repetition paired)
+
+
+def _run(rate: float, events_per_s: float, p50: float | None = None) -> dict[str, Any]:
+    run = {"events_per_s": events_per_s, "pub_cpu_us_per_event": 4.0,
+           "sub_cpu_us_per_event": 3.0, "broker_cpu_us_per_event": 9.0, "lost": 0}  # fmt: skip
+    if rate:
+        run |= {"p50_us": p50, "p99_us": 2 * (p50 or 0)}
+    return run
+
+
+def _samples(one: list[float], p50: list[float]) -> list[dict[str, Any]]:
+    return [
+        {"fanout1": _run(0, a), "fanout4": _run(0, a / 2), "latency_500": _run(500, 500, b),
+         "repetition": r}
+        for r, (a, b) in enumerate(zip(one, p50, strict=True))
+    ]  # fmt: skip
+
+
+def _result_file(
+    path: Path, ours: dict[str, Any], base: dict[str, Any], modified: list[str]
+) -> Path:
+    systems = {"hop-trio": client_api.summarize(_samples(**ours)),
+               "mosquitto-gmqtt": client_api.summarize(_samples(**base))}  # fmt: skip
+    machine = {"date": "2026-11-28T01:31:48Z", "git_revision": "abc1234", "git_modified": modified}
+    path.write_text(json.dumps({"machine": machine, "systems": systems}))
+    return path
+
+
+def test_the_table_has_a_row_per_run_and_counts_each_targets_judgements(tmp_path: Path) -> None:
+    six = [100_000.0] * 6
+    fast = _result_file(
+        tmp_path / "fast.json",
+        {"one": [120_000.0] * 6, "p50": [150.0] * 6},
+        {"one": six, "p50": [160.0] * 6},
+        ["docs/performance.md"],  # not code: the revision's code ran
+    )
+    slow = _result_file(
+        tmp_path / "slow.json",
+        {"one": [101_000.0, 99_000.0] * 3, "p50": [200.0] * 6},
+        {"one": six, "p50": [160.0] * 6},
+        ["broker/server.py", "docs/performance.md"],
+    )
+    table = client_verdict.verdict([fast, slow])
+    header, _, first, second, _, *tallies = table.splitlines()
+    assert header.startswith("| result file | written (UTC) | revision | hop-trio 1-to-1 events/s")
+    assert first.startswith("| `fast.json` | 2026-11-28 01:31 | abc1234 | 120.0k / 100.0k; 1.20")
+    assert "6 of 6, p = 0.031: met" in first
+    assert "| 150 / 160; 0.94 (0.94-0.94); 6 of 6, p = 0.031: met |" in first
+    assert second.startswith(
+        "| `slow.json` | 2026-11-28 01:31 | abc1234 with broker/server.py modified |"
+    )
+    assert "100.0k / 100.0k; 1.00 (0.99-1.01); 3 of 6, p = 1: a tie" in second
+    assert "200 / 160; 1.25 (1.25-1.25); 0 of 6, p = 0.031: not met" in second
+    assert tallies == [
+        "- hop-trio 1-to-1 events/s: met in 1, a tie in 1, not met in 0 of 2 runs",
+        "- hop-trio 1-to-4 events/s: met in 1, a tie in 1, not met in 0 of 2 runs",
+        "- hop-trio p50 at 500/s: met in 1, a tie in 0, not met in 1 of 2 runs",
+    ]
+
+
+def test_files_without_a_client_target_say_so(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"systems": {}}))
+    assert client_verdict.verdict([empty]) == "No client target was measured in these files."
+
+
+def test_the_table_can_keep_to_one_clients_targets(tmp_path: Path) -> None:
+    run = _result_file(
+        tmp_path / "run.json",
+        {"one": [120_000.0] * 6, "p50": [150.0] * 6},
+        {"one": [100_000.0] * 6, "p50": [160.0] * 6},
+        [],
+    )
+    assert "hop-trio 1-to-1" in client_verdict.verdict([run], ours="hop-trio")
+    assert client_verdict.verdict([run], ours="hop-blocking") == (
+        "No client target was measured in these files."
+    )
