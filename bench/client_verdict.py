@@ -74,22 +74,35 @@ def measured(result: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return {(t["ours"], t["what"]): t for t in targets(result["systems"]) if judged(t) is not None}
 
 
+def load(file: Path) -> dict[str, Any]:
+    """A `bench.client_api` result file; ValueError naming the file when it is not one."""
+    try:
+        result = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{file}: cannot be read as JSON ({exc})") from exc
+    if not isinstance(result, dict) or not isinstance(result.get("systems"), dict):
+        raise ValueError(f"{file}: not a bench.client_api result (it has no systems)")
+    return result
+
+
 def verdict(files: list[Path], ours: str | None = None) -> str:
     """The table of the runs in ``files`` and how often each target was met; only the
     targets of our system ``ours`` if given."""
-    runs = [(file, json.loads(file.read_text())) for file in files]
+    runs = [(file, load(file)) for file in files]
     by_run = [
         {key: t for key, t in measured(result).items() if ours in (None, key[0])}
         for _, result in runs
     ]
-    order = [(ours, what) for what, ours, *_ in TARGETS]
+    order = [(system, what) for what, system, *_ in TARGETS]
     columns = sorted({key for found in by_run for key in found}, key=order.index)
     if not columns:
         return "No client target was measured in these files."
     baseline = {key: found[key]["baseline"] for found in by_run for key in found}
     rows = [
         "| result file | written (UTC) | revision | "
-        + " | ".join(f"{ours} {what} against {baseline[ours, what]}" for ours, what in columns)
+        + " | ".join(
+            f"{system} {what} against {baseline[system, what]}" for system, what in columns
+        )
         + " |",
         "|---|---|---|" + "---|" * len(columns),
     ]
@@ -115,10 +128,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", type=Path, help="bench.client_api result files")
     parser.add_argument(
-        "--ours", choices=sorted({ours for _, ours, *_ in TARGETS}), help="this client only"
+        "--ours", choices=sorted({system for _, system, *_ in TARGETS}), help="this client only"
     )
     args = parser.parse_args(argv)
-    print(verdict(args.files, args.ours))
+    try:
+        print(verdict(args.files, args.ours))
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 if __name__ == "__main__":

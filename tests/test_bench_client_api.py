@@ -21,7 +21,9 @@ def _run(rate: float, events_per_s: float, p50: float | None = None) -> dict[str
     return run
 
 
-def _system(rates: tuple[float, float, float]) -> dict[str, Any]:
+def system_sample(rates: tuple[float, float, float]) -> dict[str, Any]:
+    """One repetition of a system, as `client_api.run` keeps it: its 1-to-1 and 1-to-4
+    rates and its p50 at 500/s (``rates``); the CPU figures alike for all."""
     one, four, p50 = rates
     return {"fanout1": _run(0, one), "fanout4": _run(0, four), "latency_500": _run(500, 500, p50)}
 
@@ -66,13 +68,13 @@ def test_a_tally_notes_each_deliverys_hand_off_from_its_decoding() -> None:
 
 def test_medians_targets_and_table() -> None:
     samples = {
-        "hop-trio": [_system((100.0, 50.0, 220.0)), _system((120.0, 40.0, 240.0))],
-        "mosquitto-gmqtt": [_system((90.0, 45.0, 210.0))],
-        "hop-asyncio": [_system((80.0, 50.0, 200.0))],
-        "hop-blocking": [_system((30.0, 20.0, 400.0))],
-        "mosquitto-paho": [_system((40.0, 10.0, 300.0))],
-        "hop-asyncio-uvloop": [_system((95.0, 50.0, 190.0))],
-        "mosquitto-gmqtt-uvloop": [_system((100.0, 30.0, 180.0))],
+        "hop-trio": [system_sample((100.0, 50.0, 220.0)), system_sample((120.0, 40.0, 240.0))],
+        "mosquitto-gmqtt": [system_sample((90.0, 45.0, 210.0))],
+        "hop-asyncio": [system_sample((80.0, 50.0, 200.0))],
+        "hop-blocking": [system_sample((30.0, 20.0, 400.0))],
+        "mosquitto-paho": [system_sample((40.0, 10.0, 300.0))],
+        "hop-asyncio-uvloop": [system_sample((95.0, 50.0, 190.0))],
+        "mosquitto-gmqtt-uvloop": [system_sample((100.0, 30.0, 180.0))],
     }
     systems = {name: client_api.summarize(runs) for name, runs in samples.items()}
     assert systems["hop-trio"]["fanout1"]["events_per_s"] == 110.0
@@ -104,9 +106,11 @@ def test_medians_targets_and_table() -> None:
 
 
 def test_targets_pair_the_repetitions_both_systems_ran() -> None:
-    ours = [_system((100.0, 50.0, 300.0)) | {"repetition": r} for r in (0, 1, 2)]
+    ours = [system_sample((100.0, 50.0, 300.0)) | {"repetition": r} for r in (0, 1, 2)]
     ours[1]["fanout1"]["events_per_s"] = 60.0  # a slow repetition of ours
-    base = [_system((80.0, 40.0, 200.0)) | {"repetition": r} for r in (0, 2, 3)]  # rep 1 failed
+    base = [
+        system_sample((80.0, 40.0, 200.0)) | {"repetition": r} for r in (0, 2, 3)
+    ]  # rep 1 failed
     base[1]["latency_500"]["p50_us"] = 400.0
     systems = {"hop-trio": client_api.summarize(ours),
                "mosquitto-gmqtt": client_api.summarize(base)}  # fmt: skip

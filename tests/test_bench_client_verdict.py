@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from bench import client_api, client_verdict
+from tests.test_bench_client_api import system_sample
 
 
 def _target(met: bool | None, won: int, n: int) -> dict[str, Any]:
@@ -42,20 +43,11 @@ def test_a_target_not_measured_is_not_judged() -> None:
     assert client_verdict.judged(_target(True, 0, 0)) is None  # (no repetition paired)
 
 
-def _run(rate: float, events_per_s: float, p50: float | None = None) -> dict[str, Any]:
-    run = {"events_per_s": events_per_s, "pub_cpu_us_per_event": 4.0,
-           "sub_cpu_us_per_event": 3.0, "broker_cpu_us_per_event": 9.0, "lost": 0}  # fmt: skip
-    if rate:
-        run |= {"p50_us": p50, "p99_us": 2 * (p50 or 0)}
-    return run
-
-
 def _samples(one: list[float], p50: list[float]) -> list[dict[str, Any]]:
     return [
-        {"fanout1": _run(0, a), "fanout4": _run(0, a / 2), "latency_500": _run(500, 500, b),
-         "repetition": r}
+        system_sample((a, a / 2, b)) | {"repetition": r}
         for r, (a, b) in enumerate(zip(one, p50, strict=True))
-    ]  # fmt: skip
+    ]
 
 
 def _result_file(
@@ -117,3 +109,16 @@ def test_the_table_can_keep_to_one_clients_targets(tmp_path: Path) -> None:
     assert client_verdict.verdict([run], ours="hop-blocking") == (
         "No client target was measured in these files."
     )
+
+
+def test_a_file_that_is_no_client_result_is_named(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"systems": ')
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"benchmark": "routing_loop"}))
+    with pytest.raises(ValueError, match=r"broken\.json: cannot be read as JSON"):
+        client_verdict.verdict([broken])
+    with pytest.raises(ValueError, match=r"other\.json: not a bench.client_api result"):
+        client_verdict.verdict([other])
+    with pytest.raises(SystemExit):  # the command says so and exits 2
+        client_verdict.main([str(other)])
