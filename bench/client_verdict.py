@@ -77,9 +77,13 @@ def measured(result: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
 def load(file: Path) -> dict[str, Any]:
     """A `bench.client_api` result file; ValueError naming the file when it is not one."""
     try:
-        result = json.loads(file.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{file}: cannot be read as JSON ({exc})") from exc
+        text = file.read_text()
+    except OSError as exc:
+        raise ValueError(f"{file}: cannot be read ({exc.strerror})") from exc
+    try:
+        result = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{file}: not JSON ({exc})") from exc
     if not isinstance(result, dict) or not isinstance(result.get("systems"), dict):
         raise ValueError(f"{file}: not a bench.client_api result (it has no systems)")
     return result

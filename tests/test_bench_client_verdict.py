@@ -116,8 +116,10 @@ def test_a_file_that_is_no_client_result_is_named(tmp_path: Path) -> None:
     broken.write_text('{"systems": ')
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"benchmark": "routing_loop"}))
-    with pytest.raises(ValueError, match=r"broken\.json: cannot be read as JSON"):
+    with pytest.raises(ValueError, match=r"broken\.json: not JSON"):
         client_verdict.verdict([broken])
+    with pytest.raises(ValueError, match=r"missing\.json: cannot be read \(No such file"):
+        client_verdict.verdict([tmp_path / "missing.json"])
     with pytest.raises(ValueError, match=r"other\.json: not a bench.client_api result"):
         client_verdict.verdict([other])
     with pytest.raises(SystemExit):  # the command says so and exits 2
