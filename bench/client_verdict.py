@@ -51,9 +51,10 @@ def judged(target: dict[str, Any]) -> str | None:
     return "a tie"
 
 
-def value_text(value: float) -> str:
-    """A rate in thousands ("161.5k"), a latency in whole microseconds ("152")."""
-    return f"{value / 1000:.1f}k" if value >= 10_000 else f"{value:.0f}"
+def value_text(target: dict[str, Any], value: float) -> str:
+    """A value of ``target``: a rate in thousands ("161.5k"), a latency in whole
+    microseconds ("152")."""
+    return f"{value / 1000:.1f}k" if target["what"].endswith("events/s") else f"{value:.0f}"
 
 
 def cell(target: dict[str, Any]) -> str:
@@ -62,7 +63,8 @@ def cell(target: dict[str, Any]) -> str:
         return "-"
     ratios, won = target["ratios"], target["repetitions_won"]
     return (
-        f"{value_text(target['ours_value'])} / {value_text(target['baseline_value'])}; "
+        f"{value_text(target, target['ours_value'])} / "
+        f"{value_text(target, target['baseline_value'])}; "
         f"{median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}); "
         f"{won} of {len(ratios)}, {p_text(sign_test_p(won, len(ratios)))}: {verdict}"
     )
