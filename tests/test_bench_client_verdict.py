@@ -124,3 +124,31 @@ def test_a_file_that_is_no_client_result_is_named(tmp_path: Path) -> None:
         client_verdict.verdict([other])
     with pytest.raises(SystemExit):  # the command says so and exits 2
         client_verdict.main([str(other)])
+
+
+REPO = Path(__file__).resolve().parent.parent
+TABLE_HEAD = "| result file | written (UTC) | revision | "
+
+
+def verdict_tables(doc: str) -> list[tuple[list[str], str]]:
+    """Each verdict table of a page: the result files its rows name, and its client."""
+    tables = []
+    for block in doc.split("\n\n"):
+        if block.startswith(TABLE_HEAD):
+            header = block.splitlines()[0][len(TABLE_HEAD) :]
+            files = [line.split("`")[1] for line in block.splitlines()[2:]]
+            tables.append((files, header.split()[0]))
+    return tables
+
+
+def test_the_docs_verdict_tables_are_the_tools_output_for_the_committed_files() -> None:
+    """docs/performance.md's verdict tables and their tallies are what
+    `python -m bench.client_verdict` prints for the result files they name, as they
+    are committed: a figure there comes from a file here."""
+    doc = (REPO / "docs" / "performance.md").read_text()
+    tables = verdict_tables(doc)
+    assert [ours for _, ours in tables] == ["hop-trio", "hop-blocking"]
+    for files, ours in tables:
+        assert len(files) >= 2
+        paths = [REPO / "bench" / "results" / file for file in files]
+        assert client_verdict.verdict(paths, ours=ours) in doc
