@@ -13,6 +13,9 @@ import pytest
 from bench import client_api, client_verdict
 from tests.test_bench_client_api import system_sample
 
+REPO = Path(__file__).resolve().parent.parent
+TABLE_HEAD = "| result file | written (UTC) | revision | "  # how a verdict table begins
+
 
 def _target(met: bool | None, won: int, n: int) -> dict[str, Any]:
     return {"target_met": met, "ratios": [1.0] * n, "repetitions_won": won}
@@ -124,10 +127,6 @@ def test_a_file_that_is_no_client_result_is_named(tmp_path: Path) -> None:
         client_verdict.verdict([other])
     with pytest.raises(SystemExit):  # the command says so and exits 2
         client_verdict.main([str(other)])
-
-
-REPO = Path(__file__).resolve().parent.parent
-TABLE_HEAD = "| result file | written (UTC) | revision | "
 
 
 def verdict_tables(doc: str) -> list[tuple[list[str], str]]:
