@@ -35,6 +35,9 @@ SIGNIFICANT = 0.05
 
 JUDGEMENTS = ("met", "a tie", "not met")
 
+TABLE_HEAD = "| result file | written (UTC) | revision | "
+"""How a verdict table begins; the target columns follow."""
+
 
 def judged(target: dict[str, Any]) -> str | None:
     """The judgement of one target of one run (a `bench.client_api.targets` entry);
@@ -105,7 +108,7 @@ def verdict(files: list[Path], ours: str | None = None) -> str:
         return "No client target was measured in these files."
     baseline = {key: found[key]["baseline"] for found in by_run for key in found}
     rows = [
-        "| result file | written (UTC) | revision | "
+        TABLE_HEAD
         + " | ".join(
             f"{system} {what} against {baseline[system, what]}" for system, what in columns
         )

@@ -14,7 +14,8 @@ from bench import client_api, client_verdict
 from tests.test_bench_client_api import system_sample
 
 REPO = Path(__file__).resolve().parent.parent
-TABLE_HEAD = "| result file | written (UTC) | revision | "  # how a verdict table begins
+WRITTEN = "2000-01-02T03:04:05Z"  # a result file's date, as `write_result` notes it
+REVISION = "rev-one"
 
 
 def _target(met: bool | None, won: int, n: int) -> dict[str, Any]:
@@ -58,7 +59,7 @@ def _result_file(
 ) -> Path:
     systems = {"hop-trio": client_api.summarize(_samples(**ours)),
                "mosquitto-gmqtt": client_api.summarize(_samples(**base))}  # fmt: skip
-    machine = {"date": "2026-11-28T01:31:48Z", "git_revision": "abc1234", "git_modified": modified}
+    machine = {"date": WRITTEN, "git_revision": REVISION, "git_modified": modified}
     path.write_text(json.dumps({"machine": machine, "systems": systems}))
     return path
 
@@ -80,11 +81,11 @@ def test_the_table_has_a_row_per_run_and_counts_each_targets_judgements(tmp_path
     table = client_verdict.verdict([fast, slow])
     header, _, first, second, _, *tallies = table.splitlines()
     assert header.startswith("| result file | written (UTC) | revision | hop-trio 1-to-1 events/s")
-    assert first.startswith("| `fast.json` | 2026-11-28 01:31 | abc1234 | 120.0k / 100.0k; 1.20")
+    assert first.startswith("| `fast.json` | 2000-01-02 03:04 | rev-one | 120.0k / 100.0k; 1.20")
     assert "6 of 6, p = 0.031: met" in first
     assert "| 150 / 160; 0.94 (0.94-0.94); 6 of 6, p = 0.031: met |" in first
     assert second.startswith(
-        "| `slow.json` | 2026-11-28 01:31 | abc1234 with broker/server.py modified |"
+        "| `slow.json` | 2000-01-02 03:04 | rev-one with broker/server.py modified |"
     )
     assert "100.0k / 100.0k; 1.00 (0.99-1.01); 3 of 6, p = 1: a tie" in second
     assert "200 / 160; 1.25 (1.25-1.25); 0 of 6, p = 0.031: not met" in second
@@ -133,8 +134,8 @@ def verdict_tables(doc: str) -> list[tuple[list[str], str]]:
     """Each verdict table of a page: the result files its rows name, and its client."""
     tables = []
     for block in doc.split("\n\n"):
-        if block.startswith(TABLE_HEAD):
-            header = block.splitlines()[0][len(TABLE_HEAD) :]
+        if block.startswith(client_verdict.TABLE_HEAD):
+            header = block.splitlines()[0][len(client_verdict.TABLE_HEAD) :]
             files = [line.split("`")[1] for line in block.splitlines()[2:]]
             tables.append((files, header.split()[0]))
     return tables
