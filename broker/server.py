@@ -42,7 +42,8 @@ already passed this broker is dropped whole with reason `cycle`. Stats count
 
 Clean shutdown (`drain`, on SIGTERM): the broker stops accepting and stops reading,
 sends every peer what is already queued for it followed by Bye, waits (at most
-`drain_timeout_s`) for the peers to hang up, and the trace is flushed on exit. So
+`drain_timeout_s`) for each peer to say Bye too or hang up, and the trace is flushed
+on exit. So
 everything the broker accepted (routed, and acknowledged by a FlushAck queued
 behind it) before the signal reaches the peers that were connected.
 
@@ -508,17 +509,23 @@ class Broker:
         return problem
 
     async def _finish(self, link: Link) -> None:
-        """Draining: send what is queued, then Bye, and read until the peer hangs up
-        (closing a socket with unread input resets it, which can destroy what was sent)."""
+        """Draining: send what is queued, then Bye, and read until the peer says Bye or
+        hangs up (closing a socket with unread input resets it, which can destroy what
+        was sent). What the peer sends meanwhile is decoded only to find its Bye: a TLS
+        stream cannot half-close, so a draining peer broker's end of stream never comes
+        before this side closes."""
+        conn = link.conn
         try:
-            frame = link.conn.send(Bye("broker shutting down"))
+            frame = conn.send(Bye("broker shutting down"))
         except ProtocolError:  # this side already said Bye or Error
             frame = b""
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        with contextlib.suppress(
+            trio.BrokenResourceError, trio.ClosedResourceError, OSError, ProtocolError
+        ):
             await link.queue.end(frame)  # nothing may be queued behind the Bye
             await link.writer_done.wait()
-            while await link.stream.receive_some(READ_SIZE):
-                pass
+            while not conn.peer_closed and (data := await link.stream.receive_some(READ_SIZE)):
+                conn.receive_data(data)
 
     async def _watch(self, link: Link) -> None:
         """Heartbeats and stuck-write detection of one link (see the module doc)."""

@@ -8,6 +8,7 @@ stranger's, with certificates of the same names and addresses)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import ssl
 import subprocess
 import sys
@@ -142,6 +143,18 @@ def test_hop_stats_over_tls(tls_net: Network, certs: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert '"children_connected": 2' in done.stdout
+
+
+def test_a_tls_network_closes_every_link_on_sigterm(tls_net: Network, certs: Path) -> None:
+    """On SIGTERM each broker sends what is queued and Bye, and a link closes once both
+    sides said Bye. A TLS stream cannot half-close, so two draining brokers must not
+    wait for an end of stream: they would give up only at the drain timeout, with their
+    links still open."""
+    assert trio.run(deliver, tls_net, certs / "ca.pem")[0]["n"] == 1
+    assert tls_net.stop() == {1: 0, 2: 0, 3: 0}
+    drained = [json.loads(line) for line in tls_net.log_text().splitlines() if '"drained"' in line]
+    assert sorted(record["broker"] for record in drained) == ["1", "2", "3"]
+    assert [record["links_left"] for record in drained] == [[], [], []], drained
 
 
 # --- certificates from another CA --------------------------------------------------------------
