@@ -11,7 +11,8 @@ less of the hour than ours alone. Writes bench/results/client_api_ab.json (``--o
 every run's summaries and, per target measured, each side's ratios and values, their
 medians, and per pair of runs next to each other the ratio of this side's ratio to
 REV's (below 1 is better for a latency, above 1 for a rate); and the same pairing of
-our broker's CPU per event at 1-to-1, which a change to the broker moves directly.
+the CPU per event of our broker, publisher and subscriber at 1-to-1 and at 500/s, which
+a change to one of them moves directly.
 """
 
 from __future__ import annotations
@@ -93,14 +94,24 @@ PROCESSES = {"broker": "broker", "publisher": "pub", "subscriber": "sub"}
 """The processes whose CPU per event `cpu_per_event` pairs: the name in the result
 file's ``{name}_cpu`` and the prefix of the run's ``{prefix}_cpu_us_per_event``."""
 
+PHASES = {"fanout1": ("at 1-to-1", ""), "latency_500": ("at 500/s", "_500")}
+"""The runs whose CPU per event `cpu_per_event` pairs: a phase of `bench.client_api`'s
+result, what the report calls it, and its suffix to ``{name}_cpu`` in the result file
+(saturation, where a per-event cost is the warm one, and the paced latency run, where
+each event wakes every process)."""
+
 
 def cpu_per_event(
-    ours: list[dict[str, Any]], theirs: list[dict[str, Any]], process: str = "broker"
+    ours: list[dict[str, Any]],
+    theirs: list[dict[str, Any]],
+    process: str = "broker",
+    phase: str = "fanout1",
 ) -> list[dict[str, Any]]:
     """Per system of ours measured in every run of both sides: the CPU per event of its
-    ``process`` (a key of PROCESSES) at 1-to-1 saturation per run, their medians, and
-    the paired quotient (this side's over REV's, run by run): a change to one process's
-    per-event work shows here before it shows in a rate the three processes share."""
+    ``process`` (a key of PROCESSES) in ``phase`` (a key of PHASES) per run, their
+    medians, and the paired quotient (this side's over REV's, run by run): a change to
+    one process's per-event work shows here before it shows in a rate the three
+    processes share."""
     field = f"{PROCESSES[process]}_cpu_us_per_event"
     out = []
     for system in ours[0]["systems"] if ours else []:
@@ -108,8 +119,8 @@ def cpu_per_event(
             continue
 
         def cpu(run: dict[str, Any], system: str = system) -> Any:
-            """Its CPU us per event at 1-to-1 in ``run``; None if not measured."""
-            return lookup(run["systems"], system, "fanout1", field)
+            """Its CPU us per event in ``phase`` of ``run``; None if not measured."""
+            return lookup(run["systems"], system, phase, field)
 
         a, b = [cpu(run) for run in ours], [cpu(run) for run in theirs]
         if None in a or None in b:
@@ -161,7 +172,10 @@ def main(argv: list[str] | None = None) -> None:
         + (f" --events {args.events}" if args.events else ""),
         "summary": summary(results["ours"], results["against"]),
         **{
-            f"{process}_cpu": cpu_per_event(results["ours"], results["against"], process)
+            f"{process}_cpu{suffix}": cpu_per_event(
+                results["ours"], results["against"], process, phase
+            )
+            for phase, (_, suffix) in PHASES.items()
             for process in PROCESSES
         },
         "runs": {
@@ -176,15 +190,16 @@ def main(argv: list[str] | None = None) -> None:
             f"({s['paired_range'][0]}-{s['paired_range'][1]}), better in {s['better_in']} "
             f"of {len(s['paired'])} ({p_text(sign_test_p(s['better_in'], len(s['paired'])))})"
         )
-    for process in PROCESSES:
-        for c in result[f"{process}_cpu"]:
-            print(
-                f"{c['system']} {process} CPU per event at 1-to-1: {c['median']:.2f} us "
-                f"here, {c['median_against']:.2f} at {revision}; paired "
-                f"{c['paired_median']:.3f} ({c['paired_range'][0]}-{c['paired_range'][1]}), "
-                f"lower in {c['lower_in']} of {len(c['paired'])} "
-                f"({p_text(sign_test_p(c['lower_in'], len(c['paired'])))})"
-            )
+    for where, suffix in PHASES.values():
+        for process in PROCESSES:
+            for c in result[f"{process}_cpu{suffix}"]:
+                print(
+                    f"{c['system']} {process} CPU per event {where}: {c['median']:.2f} us "
+                    f"here, {c['median_against']:.2f} at {revision}; paired "
+                    f"{c['paired_median']:.3f} ({c['paired_range'][0]}-{c['paired_range'][1]}), "
+                    f"lower in {c['lower_in']} of {len(c['paired'])} "
+                    f"({p_text(sign_test_p(c['lower_in'], len(c['paired'])))})"
+                )
 
 
 if __name__ == "__main__":

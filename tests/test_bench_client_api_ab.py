@@ -67,6 +67,21 @@ def test_the_publishers_cpu_is_paired_like_the_brokers() -> None:
     assert (cpu["median"], cpu["median_against"]) == (3.7, 3.65)
 
 
+def test_the_cpu_at_500_per_second_is_paired_from_the_latency_run() -> None:
+    """The latency run's CPU per event, not the 1-to-1 run's, for the 500/s pairing."""
+
+    def run(at_500: float) -> dict[str, Any]:
+        result = _cpu(6.0)
+        result["systems"]["hop-trio"]["latency_500"] = {"broker_cpu_us_per_event": at_500}
+        return result
+
+    (cpu,) = client_api_ab.cpu_per_event([run(80.0), run(90.0)], [run(100.0), run(90.0)],
+                                         "broker", "latency_500")  # fmt: skip
+    assert cpu["paired"] == [0.8, 1.0]
+    assert (cpu["median"], cpu["median_against"], cpu["lower_in"]) == (85.0, 95.0, 1)
+    assert client_api_ab.cpu_per_event([_cpu(6.0)], [_cpu(6.0)], "broker", "latency_500") == []
+
+
 def test_a_target_missing_from_a_run_is_left_out() -> None:
     ours, theirs = [_result(1.0, 1.0)], [_result(1.0, 1.0)]
     theirs[0]["targets"] = theirs[0]["targets"][:1]  # its p50 run failed
