@@ -12,11 +12,21 @@ trivial relay itself needs ~200 us of CPU per event at 400 events/s, a hop canno
 cost much less.
 
 Run: ``python -m bench.wakeup [--quick]``; writes ``bench/results/wakeup.json``.
+
+``python -m bench.wakeup --against REV [--rounds N] [--quick]`` measures what a change
+to the broker buys here: it checks REV out in a temporary git worktree (removed
+afterwards) and runs this benchmark N times from each checkout, this one first in even
+rounds and REV first in odd ones. Writes ``bench/results/wakeup_ab.json`` (``--out``):
+every run, and per system and rate the CPU per event of this checkout over REV's, round
+by round. The relay's code is the same on both sides unless the change touched it, so
+its pairs show how far the host alone moves the figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import tempfile
 from contextlib import AsyncExitStack
@@ -26,7 +36,18 @@ from typing import Any
 import trio
 
 from bench import throughput
-from bench.common import median, write_result
+from bench.common import (
+    REPO,
+    alternating,
+    lookup,
+    median,
+    p_text,
+    paired_ratios,
+    short_revision,
+    sign_test_p,
+    worktree,
+    write_result,
+)
 from broker.process import process_cpu_s, unwind_on_sigterm
 
 RATES = (400.0, 2000.0)
@@ -90,11 +111,74 @@ def run(quick: bool, workdir: Path) -> dict[str, Any]:
     return {"repetitions": reps, "seconds_per_run": seconds, "systems": summary}
 
 
+def run_once(checkout: Path, quick: bool, out: Path) -> dict[str, Any]:
+    """One run of this benchmark from ``checkout``, with its code; its result."""
+    cmd = [sys.executable, "-m", "bench.wakeup", "--out", str(out)]
+    done = subprocess.run(
+        [*cmd, "--quick"] if quick else cmd, cwd=checkout, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"bench.wakeup from {checkout} exited with {done.returncode}: "
+            f"{done.stderr.strip()[-2000:]}"
+        )
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def compare(against: Path, rounds: int, quick: bool) -> dict[str, list[dict[str, Any]]]:
+    """``rounds`` runs from this checkout and from ``against``, alternating; each run
+    carries its round as ``repetition``, by which `pairs` pairs them."""
+    checkouts = {"ours": REPO, "against": against}
+    runs: dict[str, list[dict[str, Any]]] = {"ours": [], "against": []}
+    with tempfile.TemporaryDirectory(prefix="bench-wakeup-ab-") as tmp:
+        for index, side in alternating(rounds, ("ours", "against")):
+            run = run_once(checkouts[side], quick, Path(tmp) / f"{side}{index}.json")
+            runs[side].append({**run, "repetition": index})
+            print(f"round {index + 1} {side}: " + ", ".join(
+                f"{name} {rate}/s {r['cpu_us_per_event']} us"
+                for name, per_rate in run["systems"].items() for rate, r in per_rate.items()
+            ), file=sys.stderr, flush=True)  # fmt: skip
+    return runs
+
+
+def pairs(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per system and rate measured in every run of both sides: each side's CPU per
+    event (the run's median), their medians, and this side's over the other's per
+    round."""
+    out = []
+    for system, per_rate in ours[0]["systems"].items() if ours else ():
+        for rate in per_rate:
+
+            def cpu(run: dict[str, Any], system: str = system, rate: str = rate) -> Any:
+                return lookup(run, "systems", system, rate, "cpu_us_per_event")
+
+            a, b = [cpu(run) for run in ours], [cpu(run) for run in theirs]
+            if None in a or None in b:
+                continue
+            paired = paired_ratios(ours, theirs, cpu)
+            out.append({
+                "system": system, "rate": rate,
+                "us_per_event": a, "us_per_event_against": b,
+                "median": median(a), "median_against": median(b),
+                "paired": paired, "paired_median": median(paired),
+                "paired_range": [min(paired), max(paired)],
+                "lower_in": sum(p < 1 for p in paired),
+            })  # fmt: skip
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 repetitions of 2 s")
+    parser.add_argument("--against", help="the revision to compare with, in alternation")
+    parser.add_argument("--rounds", type=int, default=6, help="runs from each checkout")
+    parser.add_argument("--out", type=Path, help="result file (default bench/results/...)")
     args = parser.parse_args(argv)
     unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
+    if args.against:
+        compare_against(args.against, args.rounds, args.quick, args.out)
+        return
     with tempfile.TemporaryDirectory(prefix="bench-wakeup-") as tmp:
         result = run(args.quick, Path(tmp))
     for name, per_rate in result["systems"].items():
@@ -103,7 +187,29 @@ def main(argv: list[str] | None = None) -> None:
                 f"{name:5s} {rate:>5s}/s: {r['cpu_us_per_event']} us CPU/event, "
                 f"p50 {r['p50_us']} us"
             )
-    print(write_result("wakeup", result))
+    print(write_result("wakeup", result, args.out))
+
+
+def compare_against(revision: str, rounds: int, quick: bool, out: Path | None) -> None:
+    """The ``--against`` run: both checkouts in alternation, written and summarised."""
+    with worktree(revision) as (theirs, short):
+        runs = compare(theirs, rounds, quick)
+    paired = pairs(runs["ours"], runs["against"])
+    result = {
+        "against": short,
+        "ours_revision": short_revision(REPO),
+        "command": "python -m bench.wakeup" + (" --quick" if quick else ""),
+        "pairs": paired,
+        "runs": runs,
+    }
+    print(write_result("wakeup_ab", result, out))
+    for c in paired:
+        print(
+            f"{c['system']} at {c['rate']}/s: {c['median']} us CPU per event here, "
+            f"{c['median_against']} at {short}; paired {c['paired_median']:.3f} "
+            f"({c['paired_range'][0]}-{c['paired_range'][1]}), lower in {c['lower_in']} "
+            f"of {len(c['paired'])} ({p_text(sign_test_p(c['lower_in'], len(c['paired'])))})"
+        )
 
 
 if __name__ == "__main__":
