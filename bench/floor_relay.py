@@ -203,11 +203,13 @@ def run_trio(port: int, work: str) -> None:
         fd = socket_fd(stream)
         assert fd is not None
         peer = Peer(write_all(fd))
+        drained = False
         try:
             while True:
-                data = await receive_some(stream, fd, READ_SIZE)
+                data = await receive_some(stream, fd, READ_SIZE, drained)
                 if not data or not relay.received(peer, data):
                     return
+                drained = len(data) < READ_SIZE
         except (OSError, trio.BrokenResourceError):
             return
         finally:

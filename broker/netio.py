@@ -5,7 +5,10 @@ trio checkpoints after every receive, so a task woken by data yields once more b
 it can handle that data: on the way of every event at low load, in every broker hop
 and at the subscriber. `receive_some` yields only after a read that did not wait
 (fairness: a socket that always has data must not starve the other tasks), and, as
-in trio, a cancellation never loses data already read. Together with the broker's
+in trio, a cancellation never loses data already read. After a read that did not fill
+its buffer it waits for data before reading again, as the client's reader does
+(`client.socket_reader`): at low rates a read first would find nothing once per event
+and raise, which costs CPU on the way back to the poll. Together with the broker's
 write-through (`broker.outgoing`) this brings a broker hop's added latency to the
 trivial relay's and lowers its CPU per event at low rates; `python -m bench --only
 chain wakeup` measures both (docs/performance.md).
@@ -25,15 +28,20 @@ def socket_fd(stream: trio.abc.Stream) -> int | None:
 
 
 async def receive_some(
-    stream: trio.abc.Stream, fd: int | None, max_bytes: int
+    stream: trio.abc.Stream, fd: int | None, max_bytes: int, drained: bool = False
 ) -> bytes | bytearray:
-    """`stream.receive_some(max_bytes)`; `fd` is `socket_fd(stream)`. OSError (a reset
-    connection) and trio.ClosedResourceError (the stream was closed meanwhile) end it
-    as they end trio's."""
+    """`stream.receive_some(max_bytes)`; `fd` is `socket_fd(stream)`, ``drained`` whether
+    the previous read returned fewer than its ``max_bytes`` (the socket then most likely
+    has nothing: wait before reading). OSError (a reset connection) and
+    trio.ClosedResourceError (the stream was closed meanwhile) end it as they end
+    trio's."""
     if fd is None:
         return await stream.receive_some(max_bytes)
-    await trio.lowlevel.checkpoint_if_cancelled()
-    waited = False
+    waited = drained
+    if drained:
+        await trio.lowlevel.wait_readable(fd)
+    else:
+        await trio.lowlevel.checkpoint_if_cancelled()
     while True:
         try:
             data = os.read(fd, max_bytes)

@@ -567,17 +567,19 @@ class Broker:
         """Read and handle messages until the link ends; return why it must close."""
         stream, conn, counters = link.stream, link.conn, link.counters
         fd = link.queue.fd
+        drained = False
         while True:
             link.heard = time.monotonic()
             link.receiving = True
             try:
-                data = await receive_some(stream, fd, READ_SIZE)
+                data = await receive_some(stream, fd, READ_SIZE, drained)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return _CLOSED
             finally:
                 link.receiving = False
             if not data:
                 return _CLOSED
+            drained = len(data) < READ_SIZE
             t_read, cpu_read = (time.time_ns(), time.thread_time_ns()) if self.tracer else (0, 0)
             counters.bytes_in += len(data)
             try:

@@ -5,6 +5,7 @@ backpressure, the writer's end, and reads that wait or not."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -379,6 +380,46 @@ def test_receive_some_reads_waits_and_sees_the_end(plain: bool) -> None:
             with trio.fail_after(5):
                 assert await receive_some(local, fd, 100) == b"late"  # waited for
                 assert await receive_some(local, fd, 100) == b""
+
+    trio.run(main)
+
+
+def test_receive_some_after_a_short_read_waits_before_reading(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``drained`` (the previous read did not fill its buffer): no read that finds
+    nothing before the data comes; a cancelled wait loses nothing; without it the first
+    read is tried at once."""
+    reads: list[int] = []
+    real_read = os.read
+
+    def counted_read(fd: int, size: int) -> bytes:
+        reads.append(fd)
+        return real_read(fd, size)
+
+    monkeypatch.setattr("broker.netio.os.read", counted_read)
+
+    async def main() -> None:
+        local, peer = await _pair()
+        fd = socket_fd(local)
+
+        async def later(data: bytes) -> None:
+            await trio.sleep(0.05)
+            await peer.send_all(data)
+
+        with trio.move_on_after(0.05):
+            await receive_some(local, fd, 100, drained=True)
+        assert reads == []  # cancelled while waiting, before any read
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(later, b"late")
+            with trio.fail_after(5):
+                assert await receive_some(local, fd, 100, drained=True) == b"late"
+        assert len(reads) == 1
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(later, b"later")
+            with trio.fail_after(5):
+                assert await receive_some(local, fd, 100) == b"later"
+        assert len(reads) == 3  # one found nothing, then the one after the wait
 
     trio.run(main)
 
