@@ -89,13 +89,6 @@ class Characterization:
         }
         return {stage: float(mean) / 1e3 for stage, mean in means.items()}
 
-    def link_means_us(self) -> dict[str, float]:
-        """The mean delay of each link (`SENDER>RECEIVER`, us)."""
-        frame = pd.DataFrame(
-            {"link": self.link_sender + ">" + self.link_broker, "delay": self.link_delay_ns}
-        )
-        return (frame.groupby("link")["delay"].mean() / 1e3).to_dict()
-
 
 def characterize(run_dir: Path) -> Characterization:
     """Read RUN_DIR's traces and manifest into model inputs."""

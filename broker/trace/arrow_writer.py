@@ -46,7 +46,6 @@ class TraceWriter:
         self.flush_rows = flush_rows
         self.flush_interval_s = flush_interval_s
         self.rows: list[tuple[Any, ...]] = []
-        self.rows_written = 0
         self._sink = pa.OSFile(str(path), "wb")
         self._writer: pa.RecordBatchStreamWriter | None = pa.ipc.new_stream(self._sink, schema)
         # pyarrow initialises its conversions on first use (~0.5 s here, most of it
@@ -89,7 +88,6 @@ class TraceWriter:
             raise ValueError(f"{self.path}: the trace file is closed")
         self._writer.write_batch(batch)
         self._sink.flush()
-        self.rows_written += batch.num_rows
 
     def close(self) -> None:
         """Flush and close the file (idempotent)."""
