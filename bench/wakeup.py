@@ -160,7 +160,7 @@ def pairs(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> list[dict
             out.append({
                 "system": system, "rate": rate,
                 "us_per_event": a, "us_per_event_against": b,
-                "median": median(a), "median_against": median(b),
+                "median": round(median(a), 2), "median_against": round(median(b), 2),
                 "paired": paired, "paired_median": median(paired),
                 "paired_range": [min(paired), max(paired)],
                 "lower_in": sum(p < 1 for p in paired),
