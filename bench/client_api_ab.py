@@ -18,8 +18,6 @@ a change to one of them moves directly.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -31,7 +29,9 @@ from bench.common import (
     lookup,
     median,
     p_text,
+    paired_cost,
     paired_ratios,
+    run_from,
     short_revision,
     sign_test_p,
     worktree,
@@ -43,18 +43,10 @@ DEFAULT_SYSTEMS = ("hop-trio", "mosquitto-gmqtt")
 
 def run_once(checkout: Path, systems: list[str], events: int | None, out: Path) -> dict[str, Any]:
     """One ``bench.client_api`` run of one repetition from ``checkout``; its result."""
-    cmd = [sys.executable, "-m", "bench.client_api", "--repeats", "1", "--out", str(out),
-           "--only", *systems]  # fmt: skip
-    if events:
-        cmd += ["--events", str(events)]
-    done = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"bench.client_api from {checkout} exited with {done.returncode}: "
-            f"{done.stderr.strip()[-2000:]}"
-        )
-    result: dict[str, Any] = json.loads(out.read_text())
-    return result
+    args = ["--repeats", "1", "--only", *systems]
+    return run_from(
+        checkout, "bench.client_api", args + (["--events", str(events)] if events else []), out
+    )
 
 
 def summary(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -122,17 +114,9 @@ def cpu_per_event(
             """Its CPU us per event in ``phase`` of ``run``; None if not measured."""
             return lookup(run["systems"], system, phase, field)
 
-        a, b = [cpu(run) for run in ours], [cpu(run) for run in theirs]
-        if None in a or None in b:
-            continue  # not measured in some run
-        paired = paired_ratios(ours, theirs, cpu)  # (run by run, in order)
-        out.append({
-            "system": system, "us_per_event": a, "us_per_event_against": b,
-            "median": median(a), "median_against": median(b),
-            "paired": paired, "paired_median": median(paired),
-            "paired_range": [min(paired), max(paired)],
-            "lower_in": sum(p < 1 for p in paired),
-        })  # fmt: skip
+        cost = paired_cost(ours, theirs, cpu)
+        if cost is not None:
+            out.append({"system": system, **cost})
     return out
 
 

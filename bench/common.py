@@ -9,6 +9,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -164,6 +165,42 @@ def paired_ratios(
 
     a, b = by_rep(ours), by_rep(base)
     return [round(a[rep] / b[rep], 3) for rep in sorted(a.keys() & b.keys()) if b[rep]]
+
+
+def paired_cost(
+    ours: list[dict[str, Any]],
+    theirs: list[dict[str, Any]],
+    value: Callable[[dict[str, Any]], float | None],
+) -> dict[str, Any] | None:
+    """A cost per event (lower is better) of this checkout's runs against another's,
+    run by run: each side's values and medians, this side's over the other's per pair
+    (`paired_ratios`), their median and range, and in how many pairs this side's was
+    lower; None when some run did not measure it."""
+    a = [v for v in map(value, ours) if v is not None]
+    b = [v for v in map(value, theirs) if v is not None]
+    if not a or len(a) < len(ours) or len(b) < len(theirs):
+        return None
+    paired = paired_ratios(ours, theirs, value)
+    return {
+        "us_per_event": a, "us_per_event_against": b,
+        "median": round(median(a), 2), "median_against": round(median(b), 2),
+        "paired": paired, "paired_median": median(paired),
+        "paired_range": [min(paired), max(paired)],
+        "lower_in": sum(p < 1 for p in paired),
+    }  # fmt: skip
+
+
+def run_from(checkout: Path, module: str, args: list[str], out: Path) -> dict[str, Any]:
+    """``python -m MODULE ARGS --out OUT`` run from ``checkout``, with its code; the
+    result it wrote. RuntimeError with the end of its stderr if it fails."""
+    cmd = [sys.executable, "-m", module, *args, "--out", str(out)]
+    done = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{module} from {checkout} exited with {done.returncode}: {done.stderr.strip()[-2000:]}"
+        )
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
 
 
 def sign_test_p(wins: int, n: int) -> float:

@@ -25,8 +25,6 @@ its pairs show how far the host alone moves the figure.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 from contextlib import AsyncExitStack
@@ -42,7 +40,8 @@ from bench.common import (
     lookup,
     median,
     p_text,
-    paired_ratios,
+    paired_cost,
+    run_from,
     short_revision,
     sign_test_p,
     worktree,
@@ -113,17 +112,7 @@ def run(quick: bool, workdir: Path) -> dict[str, Any]:
 
 def run_once(checkout: Path, quick: bool, out: Path) -> dict[str, Any]:
     """One run of this benchmark from ``checkout``, with its code; its result."""
-    cmd = [sys.executable, "-m", "bench.wakeup", "--out", str(out)]
-    done = subprocess.run(
-        [*cmd, "--quick"] if quick else cmd, cwd=checkout, capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"bench.wakeup from {checkout} exited with {done.returncode}: "
-            f"{done.stderr.strip()[-2000:]}"
-        )
-    result: dict[str, Any] = json.loads(out.read_text())
-    return result
+    return run_from(checkout, "bench.wakeup", ["--quick"] if quick else [], out)
 
 
 def compare(against: Path, rounds: int, quick: bool) -> dict[str, list[dict[str, Any]]]:
@@ -153,18 +142,9 @@ def pairs(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> list[dict
             def cpu(run: dict[str, Any], system: str = system, rate: str = rate) -> Any:
                 return lookup(run, "systems", system, rate, "cpu_us_per_event")
 
-            a, b = [cpu(run) for run in ours], [cpu(run) for run in theirs]
-            if None in a or None in b:
-                continue
-            paired = paired_ratios(ours, theirs, cpu)
-            out.append({
-                "system": system, "rate": rate,
-                "us_per_event": a, "us_per_event_against": b,
-                "median": round(median(a), 2), "median_against": round(median(b), 2),
-                "paired": paired, "paired_median": median(paired),
-                "paired_range": [min(paired), max(paired)],
-                "lower_in": sum(p < 1 for p in paired),
-            })  # fmt: skip
+            cost = paired_cost(ours, theirs, cpu)
+            if cost is not None:
+                out.append({"system": system, "rate": rate, **cost})
     return out
 
 
