@@ -30,6 +30,7 @@ from bench.common import (
     median,
     p_text,
     paired_cost,
+    paired_cost_text,
     paired_ratios,
     run_from,
     short_revision,
@@ -179,10 +180,7 @@ def main(argv: list[str] | None = None) -> None:
             for c in result[f"{process}_cpu{suffix}"]:
                 print(
                     f"{c['system']} {process} CPU per event {where}: {c['median']:.2f} us "
-                    f"here, {c['median_against']:.2f} at {revision}; paired "
-                    f"{c['paired_median']:.3f} ({c['paired_range'][0]}-{c['paired_range'][1]}), "
-                    f"lower in {c['lower_in']} of {len(c['paired'])} "
-                    f"({p_text(sign_test_p(c['lower_in'], len(c['paired'])))})"
+                    f"here, {c['median_against']:.2f} at {revision}; {paired_cost_text(c)}"
                 )
 
 

@@ -190,6 +190,17 @@ def paired_cost(
     }  # fmt: skip
 
 
+def paired_cost_text(cost: dict[str, Any]) -> str:
+    """How a report prints a `paired_cost`'s pairing: "paired 0.913 (0.78-1.067), lower
+    in 7 of 8 (p = 0.07)"."""
+    low, high = cost["paired_range"]
+    n, lower = len(cost["paired"]), cost["lower_in"]
+    return (
+        f"paired {cost['paired_median']:.3f} ({low}-{high}), lower in {lower} of {n} "
+        f"({p_text(sign_test_p(lower, n))})"
+    )
+
+
 def run_from(checkout: Path, module: str, args: list[str], out: Path) -> dict[str, Any]:
     """``python -m MODULE ARGS --out OUT`` run from ``checkout``, with its code; the
     result it wrote. RuntimeError with the end of its stderr if it fails."""

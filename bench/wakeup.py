@@ -39,11 +39,10 @@ from bench.common import (
     alternating,
     lookup,
     median,
-    p_text,
     paired_cost,
+    paired_cost_text,
     run_from,
     short_revision,
-    sign_test_p,
     worktree,
     write_result,
 )
@@ -186,9 +185,7 @@ def compare_against(revision: str, rounds: int, quick: bool, out: Path | None) -
     for c in paired:
         print(
             f"{c['system']} at {c['rate']}/s: {c['median']} us CPU per event here, "
-            f"{c['median_against']} at {short}; paired {c['paired_median']:.3f} "
-            f"({c['paired_range'][0]}-{c['paired_range'][1]}), lower in {c['lower_in']} "
-            f"of {len(c['paired'])} ({p_text(sign_test_p(c['lower_in'], len(c['paired'])))})"
+            f"{c['median_against']} at {short}; {paired_cost_text(c)}"
         )
 
 

@@ -43,9 +43,8 @@ already passed this broker is dropped whole with reason `cycle`. Stats count
 Clean shutdown (`drain`, on SIGTERM): the broker stops accepting and stops reading,
 sends every peer what is already queued for it followed by Bye, waits (at most
 `drain_timeout_s`) for each peer to say Bye too or hang up, and the trace is flushed
-on exit. So
-everything the broker accepted (routed, and acknowledged by a FlushAck queued
-behind it) before the signal reaches the peers that were connected.
+on exit. So everything the broker accepted (routed, and acknowledged by a FlushAck
+queued behind it) before the signal reaches the peers that were connected.
 
 Bad input from a peer (malformed frames, oversized frames, wrong message types,
 bad filters, messages over a client limit, a wrong secret) gets an `Error` message

@@ -13,6 +13,8 @@ from bench.common import (
     machine_info,
     modified_files,
     p_text,
+    paired_cost,
+    paired_cost_text,
     short_revision,
     sign_test_p,
 )
@@ -83,3 +85,14 @@ def test_p_values_read_as_the_docs_quote_them() -> None:
     assert p_text(0.0428) == "p = 0.043"
     assert p_text(1.0) == "p = 1"
     assert p_text(0.00002) == "p < 0.0001"
+
+
+def test_a_paired_cost_and_how_it_is_printed() -> None:
+    """Runs paired by repetition; a run without the value leaves the cost out."""
+    ours = [{"repetition": 0, "cpu": 90.0}, {"repetition": 1, "cpu": 110.0}]
+    theirs = [{"repetition": 1, "cpu": 100.0}, {"repetition": 0, "cpu": 100.0}]
+    cost = paired_cost(ours, theirs, lambda run: run.get("cpu"))
+    assert cost is not None
+    assert (cost["paired"], cost["lower_in"], cost["median"]) == ([0.9, 1.1], 1, 100.0)
+    assert paired_cost_text(cost) == "paired 1.000 (0.9-1.1), lower in 1 of 2 (p = 1)"
+    assert paired_cost(ours, [{"repetition": 0}, *theirs[:1]], lambda run: run.get("cpu")) is None
