@@ -1,9 +1,10 @@
 """The client targets over several runs of `bench.client_api`, judged by one rule.
 
-``python -m bench.client_verdict [--ours SYSTEM] FILE [FILE ...]`` prints a markdown
-table with a row per result file and a column per target measured in them (our
-client against its MQTT baseline; ``--ours``: that client's only), then how often
-each target was met. A cell gives both medians, the
+``python -m bench.client_verdict [--ours SYSTEM] [--pooled] FILE [FILE ...]`` prints a
+markdown table with a row per result file and a column per target measured in them
+(our client against its MQTT baseline; ``--ours``: that client's only), then how often
+each target was met (``--pooled``: and each target judged once more over all the
+files' repetitions together). A cell gives both medians, the
 ratio ours / baseline per repetition (median and range), in how many repetitions ours
 was the better, the two-sided sign test of that count, and the judgement:
 
@@ -18,6 +19,13 @@ was the better, the two-sided sign test of that count, and the judgement:
 One run's medians can meet a target by a hair in one hour and miss it in the next;
 the rule keeps a run that a coin could have decided from counting either way
 (docs/performance.md, "Where the targets stand").
+
+Pooled, the repetitions of several runs of the same code are judged as one run, by the
+same rule: the median of all their ratios in place of the medians (each ratio pairs
+two runs made next to each other, so ratios from different hours compare where the
+hours' own values do not), and the sign test over all of them. It is the longer
+measurement for an effect smaller than one run's noise; which files to pool is chosen
+before their results are seen (all the runs of one code), or it proves nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +45,9 @@ JUDGEMENTS = ("met", "a tie", "not met")
 
 TABLE_HEAD = "| result file | written (UTC) | revision | "
 """How a verdict table begins; the target columns follow."""
+
+HIGHER = {(ours, what): higher for what, ours, _, _, higher in TARGETS}
+"""Whether higher is better, by (our system, target)."""
 
 
 def judged(target: dict[str, Any]) -> str | None:
@@ -94,9 +105,28 @@ def load(file: Path) -> dict[str, Any]:
     return result
 
 
-def verdict(files: list[Path], ours: str | None = None) -> str:
+def pooled(key: tuple[str, str], found: list[dict[str, Any]]) -> str:
+    """The line judging target ``key`` over the repetitions of all the runs in ``found``
+    (its `bench.client_api.targets` entry in each) together (the module doc)."""
+    ratios = [ratio for target in found for ratio in target["ratios"]]
+    won = sum(target["repetitions_won"] for target in found)
+    middle = median(ratios)
+    together = {
+        "target_met": middle >= 1 if HIGHER[key] else middle <= 1,
+        "ratios": ratios,
+        "repetitions_won": won,
+    }
+    return (
+        f"- {key[0]} {key[1]}, all {len(ratios)} repetitions together: ours / baseline "
+        f"{middle:.2f} ({min(ratios):.2f}-{max(ratios):.2f}); ours the better in {won} of "
+        f"{len(ratios)}, {p_text(sign_test_p(won, len(ratios)))}: {judged(together)}"
+    )
+
+
+def verdict(files: list[Path], ours: str | None = None, pool: bool = False) -> str:
     """The table of the runs in ``files`` and how often each target was met; only the
-    targets of our system ``ours`` if given."""
+    targets of our system ``ours`` if given; with ``pool``, each target's `pooled`
+    line too."""
     runs = [(file, load(file)) for file in files]
     by_run = [
         {key: t for key, t in measured(result).items() if ours in (None, key[0])}
@@ -130,6 +160,8 @@ def verdict(files: list[Path], ours: str | None = None) -> str:
         tally = ", ".join(f"{word} in {counts.count(word)}" for word in JUDGEMENTS)
         runs_text = "run" if len(counts) == 1 else "runs"
         lines.append(f"- {key[0]} {key[1]}: {tally} of {len(counts)} {runs_text}")
+    if pool:
+        lines += [pooled(key, [found[key] for found in by_run if key in found]) for key in columns]
     return "\n".join(lines)
 
 
@@ -139,9 +171,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--ours", choices=sorted({system for _, system, *_ in TARGETS}), help="this client only"
     )
+    parser.add_argument(
+        "--pooled",
+        action="store_true",
+        help="judge each target over all the files' repetitions together too",
+    )
     args = parser.parse_args(argv)
     try:
-        print(verdict(args.files, args.ours))
+        print(verdict(args.files, args.ours, args.pooled))
     except ValueError as exc:
         parser.error(str(exc))
 

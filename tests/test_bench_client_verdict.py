@@ -96,6 +96,39 @@ def test_the_table_has_a_row_per_run_and_counts_each_targets_judgements(tmp_path
     ]
 
 
+def test_pooled_the_repetitions_of_several_runs_are_judged_as_one_run(tmp_path: Path) -> None:
+    """Three runs, each a tie on the p50 (ours lower in 5 of 6, p = 0.22), are together
+    ours lower in 15 of 18 (p = 0.0075): met; the rates, met in each, met together."""
+    runs = [
+        _result_file(
+            tmp_path / f"run{k}.json",
+            {"one": [120_000.0] * 6, "p50": [150.0] * 5 + [170.0]},
+            {"one": [100_000.0] * 6, "p50": [160.0] * 6},
+            [],
+        )
+        for k in range(3)
+    ]
+    table = client_verdict.verdict(runs, pool=True)
+    assert "- hop-trio p50 at 500/s: met in 0, a tie in 3, not met in 0 of 3 runs" in table
+    assert table.splitlines()[-3:] == [
+        "- hop-trio 1-to-1 events/s, all 18 repetitions together: ours / baseline 1.20 "
+        "(1.20-1.20); ours the better in 18 of 18, p < 0.0001: met",
+        "- hop-trio 1-to-4 events/s, all 18 repetitions together: ours / baseline 1.20 "
+        "(1.20-1.20); ours the better in 18 of 18, p < 0.0001: met",
+        "- hop-trio p50 at 500/s, all 18 repetitions together: ours / baseline 0.94 "
+        "(0.94-1.06); ours the better in 15 of 18, p = 0.0075: met",
+    ]
+    assert "together" not in client_verdict.verdict(runs)  # only when asked
+    worse = _result_file(
+        tmp_path / "worse.json",
+        {"one": [99_000.0] * 6, "p50": [150.0] * 6},
+        {"one": [100_000.0] * 6, "p50": [160.0] * 6},
+        [],
+    )
+    one_to_one = client_verdict.verdict([worse, worse], pool=True).splitlines()[-3]
+    assert one_to_one.endswith("ours the better in 0 of 12, p = 0.00049: not met")
+
+
 def test_files_without_a_client_target_say_so(tmp_path: Path) -> None:
     empty = tmp_path / "empty.json"
     empty.write_text(json.dumps({"systems": {}}))
@@ -130,14 +163,16 @@ def test_a_file_that_is_no_client_result_is_named(tmp_path: Path) -> None:
         client_verdict.main([str(other)])
 
 
-def verdict_tables(doc: str) -> list[tuple[list[str], str]]:
-    """Each verdict table of a page: the result files its rows name, and its client."""
+def verdict_tables(doc: str) -> list[tuple[list[str], str, bool]]:
+    """Each verdict table of a page: the result files its rows name, its client, and
+    whether its tallies go on with the pooled lines."""
     tables = []
-    for block in doc.split("\n\n"):
+    blocks = doc.split("\n\n")
+    for block, tallies in zip(blocks, blocks[1:] + [""], strict=True):
         if block.startswith(client_verdict.TABLE_HEAD):
             header = block.splitlines()[0][len(client_verdict.TABLE_HEAD) :]
             files = [line.split("`")[1] for line in block.splitlines()[2:]]
-            tables.append((files, header.split()[0]))
+            tables.append((files, header.split()[0], "repetitions together:" in tallies))
     return tables
 
 
@@ -147,8 +182,12 @@ def test_the_docs_verdict_tables_are_the_tools_output_for_the_committed_files() 
     are committed: a figure there comes from a file here."""
     doc = (REPO / "docs" / "performance.md").read_text()
     tables = verdict_tables(doc)
-    assert [ours for _, ours in tables] == ["hop-trio", "hop-blocking"]
-    for files, ours in tables:
+    assert [(ours, pool) for _, ours, pool in tables] == [
+        ("hop-trio", False),  # every long run
+        ("hop-blocking", False),
+        ("hop-trio", True),  # the runs of the code as it is, pooled
+    ]
+    for files, ours, pool in tables:
         assert len(files) >= 2
         paths = [REPO / "bench" / "results" / file for file in files]
-        assert client_verdict.verdict(paths, ours=ours) in doc
+        assert client_verdict.verdict(paths, ours=ours, pool=pool) in doc
