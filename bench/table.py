@@ -1,9 +1,13 @@
-"""The broker performance table of docs/performance.md, from a ``python -m bench`` result.
+"""The broker performance tables of docs/performance.md, from ``python -m bench`` results.
 
 ``python -m bench.table [bench/results/latest.json]`` prints Markdown: one row per
 measurement, ours beside each baseline measured in the same run, the ratio, and an
 anchor figure (what each baseline reached on a 2-core machine of this kind when the
 targets were set, not measured by this run) for scale.
+
+``python -m bench.table --runs FILE ...`` prints one row per full run instead, oldest
+first: each target's value with the repetitions that met it, and tracing's cost, so
+that runs made in different hours sit side by side.
 """
 
 from __future__ import annotations
@@ -151,11 +155,92 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+RUN_COLUMNS = (
+    # (heading, target name, format of its value)
+    ("1-to-1 over amqtt's (at least 10x)", "hop_1to1_vs_amqtt", "{:.1f}x"),
+    ("1-to-4 over amqtt's (at least 10x)", "hop_1to4_vs_amqtt", "{:.1f}x"),
+    ("1-to-1 over the relay's (at least 0.2)", "hop_1to1_vs_relay", "{:.2f}"),
+    ("p50 at 500/s over the relay's (at most 1.5)", "hop_latency_500_vs_relay", "{:.2f}"),
+)
+
+
+def _machine(cpu_model: str) -> str:
+    """The processor's short name: "Intel Xeon" for "Intel(R) Xeon(R) Processor"."""
+    words = cpu_model.replace("(R)", "").replace("(TM)", "").split()
+    return " ".join(words[:2]) or "?"
+
+
+def run_row(name: str, result: dict[str, Any]) -> str:
+    """The row of `render_runs` for the result file ``name``."""
+    machine, results = result.get("machine", {}), result.get("results", {})
+    by_name = {t["name"]: t for t in targets(results)}
+
+    def target(key: str, form: str) -> str:
+        found = by_name[key]
+        if found["value"] is None:
+            return "n/a"
+        ratios = found.get("per_repetition")
+        met = f", {found['repetitions_met']} of {len(ratios)}" if ratios else ""
+        return form.format(found["value"]) + met
+
+    chain = [lookup(results, "chain", side, "per_hop_us") for side in ("hop", "relay")]
+    memory = by_name["memory_100k_subscriptions_mb"]["value"]
+    cost = lookup(results, "tracing_overhead", "throughput_cost_percent")
+    cells = [
+        f"`{name}`",
+        _machine(machine.get("cpu_model", "")),
+        machine.get("git_revision", "?"),
+        machine.get("date", "?").replace("T", " ")[:16],
+        *(target(key, form) for _, key, form in RUN_COLUMNS),
+        " / ".join(_number(x) for x in chain),
+        _number(memory),
+        "n/a" if cost is None else f"{cost} %",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    """The result in the file ``path``; OSError or ValueError naming the file if it
+    cannot be read as JSON."""
+    try:
+        result: dict[str, Any] = json.loads(path.read_text())
+        return result
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not a JSON result: {exc}") from None
+
+
+def render_runs(files: list[Path]) -> str:
+    """One row per full run in ``files``, oldest first (see the module doc)."""
+    runs = sorted(
+        ((read_result(path), path.name) for path in files),
+        key=lambda run: run[0].get("machine", {}).get("date", ""),
+    )
+    headings = [
+        "result file",
+        "machine",
+        "revision",
+        "written (UTC)",
+        *(heading for heading, _, _ in RUN_COLUMNS),
+        "chain hop, ours / the relay chain's (us; under 150)",
+        "MB for 100k subscriptions (under 300)",
+        "tracing's cost (at most 5 %)",
+    ]
+    lines = ["| " + " | ".join(headings) + " |", "|" + "---|" * len(headings)]
+    return "\n".join(lines + [run_row(name, result) for result, name in runs])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("result", nargs="?", type=Path, default=RESULTS_DIR / "latest.json")
+    parser.add_argument("--runs", nargs="+", type=Path, metavar="FILE", help="a row per run")
     args = parser.parse_args(argv)
-    result = json.loads(args.result.read_text())
+    try:
+        if args.runs:
+            print(render_runs(args.runs))
+            return
+        result = read_result(args.result)
+    except (OSError, ValueError) as exc:
+        parser.error(f"cannot read a result: {exc}")
     if "results" in result:  # (the targets of files written before a change to them)
         result["targets"] = targets(result["results"])
     print(render(result))

@@ -1,8 +1,17 @@
-"""`python -m bench.table` renders a benchmark result as the table of docs/performance.md."""
+"""`python -m bench.table` renders benchmark results as the tables of docs/performance.md."""
 
 from __future__ import annotations
 
-from bench.table import render
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.table import main, render, render_runs
+from bench.targets import targets
+
+REPO = Path(__file__).resolve().parent.parent
+RUNS_HEAD = "| result file | machine | revision | written (UTC) | 1-to-1 over amqtt's"
 
 
 def test_rows_put_ours_beside_each_baseline_with_the_ratio() -> None:
@@ -52,3 +61,60 @@ def test_a_run_confined_to_fewer_cpus_says_so() -> None:
         {"machine": {**machine, "cpus_allowed": [0]}}
     )
     assert "confined" not in render({"machine": machine})  # results from before the field
+
+
+def test_full_runs_are_set_side_by_side_oldest_first(tmp_path: Path) -> None:
+    def run(date: str, cpu: str, hop_hop_us: float, cost: float) -> dict[str, object]:
+        return {
+            "machine": {"date": date, "cpu_model": cpu, "git_revision": "abc1234"},
+            "results": {
+                "chain": {"hop": {"per_hop_us": hop_hop_us}, "relay": {"per_hop_us": 120.0}},
+                "memory": {"subscriptions": {"rss_mb": 198.8}},
+                "tracing_overhead": {"throughput_cost_percent": cost},
+            },
+        }
+
+    newer, older = tmp_path / "full_new.json", tmp_path / "full_old.json"
+    intel = "Intel(R) Xeon(R) Processor"
+    newer.write_text(json.dumps(run("2026-11-28T06:43:41Z", intel, 103.1, 6.5)))
+    older.write_text(json.dumps(run("2026-11-25T20:54:00Z", "AMD EPYC", 130.0, 4.9)))
+    lines = render_runs([newer, older]).splitlines()
+    assert lines[0].startswith(RUNS_HEAD)
+    assert lines[2:] == [
+        "| `full_old.json` | AMD EPYC | abc1234 | 2026-11-25 20:54 | n/a | n/a | n/a | n/a "
+        "| 130 / 120 | 199 | 4.9 % |",
+        "| `full_new.json` | Intel Xeon | abc1234 | 2026-11-28 06:43 | n/a | n/a | n/a | n/a "
+        "| 103 / 120 | 199 | 6.5 % |",
+    ]
+
+
+def test_the_docs_broker_tables_are_the_tools_output_for_the_committed_files() -> None:
+    """docs/performance.md's table of the latest full run and its table of every full
+    run are what `python -m bench.table` prints for the files they name."""
+    doc = (REPO / "docs" / "performance.md").read_text()
+    results = REPO / "bench" / "results"
+    runs = next(block for block in doc.split("\n\n") if block.startswith(RUNS_HEAD))
+    files = [line.split("`")[1] for line in runs.splitlines()[2:]]
+    assert len(files) >= 2
+    assert render_runs([results / name for name in files]) in doc
+    written = {name: json.loads((results / name).read_text()) for name in files}
+    result = max(written.values(), key=lambda run: run["machine"]["date"])
+    result["targets"] = targets(result["results"])
+    assert render(result).split("\n", 2)[2] in doc  # the tables, without the run's line
+
+
+def test_a_file_that_is_not_a_result_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cut = tmp_path / "full_cut.json"
+    cut.write_text('{"machine": {"date": ')  # cut short, as by a full disk
+    gone = tmp_path / "full_gone.json"
+    for argv, named in (
+        (["--runs", str(cut)], "full_cut.json is not a JSON result"),
+        ([str(cut)], "full_cut.json is not a JSON result"),
+        (["--runs", str(gone)], "full_gone.json"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2
+        assert named in capsys.readouterr().err
