@@ -1,12 +1,15 @@
 """Where an event's latency at 500 events/s goes, process by process.
 
 ``python -m bench.latency_path [--rounds N] [--events N] [--systems S ...] [--out FILE]``
-runs the ``latency_500`` setting of `bench.client_api` (one trio publisher calling
+runs the ``latency_500`` setting of `bench.client_api` (one publisher calling
 ``await c.publish(event)``, one ``next_batch`` subscriber, 999 filler subscriptions,
 150-byte events, 500 events/s) on these systems, their order reversed every other
 round:
 
 * ``hop-trio``: ``hop broker``;
+* ``hop-asyncio``: the same broker, with our asyncio client in the publisher and the
+  subscriber (``client.open_asyncio_client``, as `bench.client_api` runs it; its
+  subscriber's "trio's pass" is asyncio's);
 * ``floor-trio-route``: `bench.floor_relay` on trio, decoding each event and routing
   it with a `routing.Router` holding the same subscriptions (the least a Python
   broker on trio does; `bench.latency_floor`);
@@ -51,7 +54,7 @@ from broker.local_network import free_base_port
 from broker.process import process_cpu_s
 from topologies.generators import chain, to_toml
 
-SYSTEMS = ("hop-trio", "floor-trio-route", "floor-trio", "mosquitto-gmqtt")
+SYSTEMS = ("hop-trio", "hop-asyncio", "floor-trio-route", "floor-trio", "mosquitto-gmqtt")
 
 # The points of an event's way after the publisher's stamp, through a Python broker
 # ("python": hop or a floor relay) or Mosquitto ("mqtt"): (process, note) for each;
@@ -172,10 +175,10 @@ class ProbedHopBroker:
     under `bench.timeline_probe`, as a system of `bench.client_api.scenario`."""
 
     kind = "hop"
-    client = "trio"
 
-    def __init__(self, notes: Path) -> None:
+    def __init__(self, notes: Path, client: str = "trio") -> None:
         self.notes = notes
+        self.client = client  # our clients' kind: "trio" or "asyncio"
         self._proc: subprocess.Popen[bytes] | None = None
 
     def start(self, workdir: Path) -> int:
@@ -208,8 +211,8 @@ def measure(system: str, mosquitto: str | None, events: int, workdir: Path) -> d
     notes_dir = workdir / "notes"
     notes_dir.mkdir(exist_ok=True)
     target: ProbedHopBroker | FloorRelay | Broker
-    if system == "hop-trio":
-        target = ProbedHopBroker(notes_dir / "broker.json")
+    if system in ("hop-trio", "hop-asyncio"):
+        target = ProbedHopBroker(notes_dir / "broker.json", system.removeprefix("hop-"))
     elif system.startswith("floor"):
         target = FloorRelay(system, notes_dir / "broker.json")
     else:

@@ -4,8 +4,9 @@
 `install(out)` wraps the calls at the process's system-call boundary, whatever the
 library above them: the event loop's poll (trio's epoll manager, asyncio's
 `selectors.EpollSelector`) returning with something ready ("wake"), a socket read
-returning data ("read": ``os.read``, ``socket.recv``) and a socket write's start and
-end ("write", "written": ``os.write``, ``socket.send``). Reads and writes are noted
+returning data ("read": ``os.read``, ``socket.recv``, and ``socket.recv_into``, which
+asyncio's buffered protocols read with) and a socket write's start and end ("write",
+"written": ``os.write``, ``socket.send``). Reads and writes are noted
 only for sizes an event's frame or packet can have (`EVENT_SIZES`), so subscriptions,
 acknowledgements and pings stay out. Each note is one ``time.time_ns()`` (the clock
 every process of the machine shares) appended to a list; at the process's exit the
@@ -62,6 +63,15 @@ def install(out: Path) -> dict[str, list[int]]:
 
         return probed
 
+    def reading_into(call: Callable[..., int]) -> Callable[..., int]:
+        def probed(*args: Any) -> int:
+            count = call(*args)
+            if count in EVENT_SIZES:
+                read(now())
+            return count
+
+        return probed
+
     def writing(call: Callable[..., Any]) -> Callable[..., Any]:
         def probed(*args: Any) -> Any:  # (fd or socket, data, ...)
             start = now()
@@ -95,6 +105,7 @@ def install(out: Path) -> dict[str, list[int]]:
     os.read = reading(os.read)
     os.write = writing(os.write)
     socket.socket.recv = reading(socket.socket.recv)  # type: ignore[method-assign]
+    socket.socket.recv_into = reading_into(socket.socket.recv_into)  # type: ignore[method-assign]
     socket.socket.send = writing(socket.socket.send)  # type: ignore[method-assign]
     select.epoll = ProbedEpoll  # type: ignore[misc,assignment]  # (trio makes its epoll so)
     selectors.EpollSelector._selector_cls = ProbedEpoll  # type: ignore[attr-defined]

@@ -41,8 +41,24 @@ PROBED = textwrap.dedent(
         writer.write(b"a" * 200)
         assert len(await reader.read(1000)) == 200
 
+    class Into(asyncio.BufferedProtocol):  # read with recv_into, as our asyncio client
+        def __init__(self, got):
+            self.buffer, self.got = bytearray(1000), got
+        def get_buffer(self, hint):
+            return self.buffer
+        def buffer_updated(self, count):
+            self.got.set_result(count)
+
+    async def on_asyncio_buffered():
+        left, right = socket.socketpair()
+        got = asyncio.get_running_loop().create_future()
+        await asyncio.get_running_loop().connect_accepted_socket(lambda: Into(got), right)
+        left.send(b"b" * 300)
+        assert await got == 300
+
     trio.run(on_trio)
     asyncio.run(on_asyncio())
+    asyncio.run(on_asyncio_buffered())
     """
 )
 
@@ -58,8 +74,8 @@ def test_the_probe_notes_event_sized_reads_and_writes_and_wakes(tmp_path: Path) 
         timeout=60,
     )
     notes = json.loads(out.read_text())
-    assert len(notes["write"]) == len(notes["written"]) == 2  # os.write, socket.send
-    assert len(notes["read"]) == 2  # os.read, socket.recv
+    assert len(notes["write"]) == len(notes["written"]) == 3  # os.write, socket.send (2)
+    assert len(notes["read"]) == 3  # os.read, socket.recv, socket.recv_into
     assert all(a <= b for a, b in zip(notes["write"], notes["written"], strict=True))
     assert notes["write"][0] < notes["read"][0]  # trio's reader read after the write
     assert len(notes["wake"]) >= 2  # trio's loop and asyncio's each woke for a socket
@@ -126,7 +142,7 @@ def test_events_are_placed_by_the_cpu_the_subscriber_woke_on() -> None:
 
 
 def test_a_short_run_reports_every_segment_through_hop_and_a_floor_relay() -> None:
-    systems = ("hop-trio", "floor-trio-route")
+    systems = ("hop-trio", "hop-asyncio", "floor-trio-route")
     result = latency_path.run(rounds=1, events=200, systems=systems)
     assert list(result["systems"]) == list(systems)
     for measured in result["systems"].values():
