@@ -186,6 +186,7 @@ def test_the_docs_verdict_tables_are_the_tools_output_for_the_committed_files() 
         ("hop-trio", False),  # every long run
         ("hop-blocking", False),
         ("hop-trio", True),  # the runs of the code as it is, pooled
+        ("hop-asyncio", True),  # the asyncio client's long runs, pooled
     ]
     for files, ours, pool in tables:
         assert len(files) >= 2
