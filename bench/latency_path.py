@@ -211,7 +211,7 @@ def measure(system: str, mosquitto: str | None, events: int, workdir: Path) -> d
     notes_dir = workdir / "notes"
     notes_dir.mkdir(exist_ok=True)
     target: ProbedHopBroker | FloorRelay | Broker
-    if system in ("hop-trio", "hop-asyncio"):
+    if system.startswith("hop-"):
         target = ProbedHopBroker(notes_dir / "broker.json", system.removeprefix("hop-"))
     elif system.startswith("floor"):
         target = FloorRelay(system, notes_dir / "broker.json")

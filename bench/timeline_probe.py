@@ -54,21 +54,15 @@ def install(out: Path) -> dict[str, list[int]]:
     woke, read, write, written = (notes[kind].append for kind in KINDS)
     woke_on, wrote_on = (notes[kind].append for kind in CPU_KINDS)
 
-    def reading(call: Callable[..., Any]) -> Callable[..., Any]:
+    def reading(call: Callable[..., Any], size: Callable[[Any], int] = len) -> Callable[..., Any]:
+        """``call`` noting its reads of an event's size; ``size`` of what it returns
+        is the bytes read (``recv_into`` returns the count itself)."""
+
         def probed(*args: Any) -> Any:
             data = call(*args)
-            if len(data) in EVENT_SIZES:
+            if size(data) in EVENT_SIZES:
                 read(now())
             return data
-
-        return probed
-
-    def reading_into(call: Callable[..., int]) -> Callable[..., int]:
-        def probed(*args: Any) -> int:
-            count = call(*args)
-            if count in EVENT_SIZES:
-                read(now())
-            return count
 
         return probed
 
@@ -105,7 +99,7 @@ def install(out: Path) -> dict[str, list[int]]:
     os.read = reading(os.read)
     os.write = writing(os.write)
     socket.socket.recv = reading(socket.socket.recv)  # type: ignore[method-assign]
-    socket.socket.recv_into = reading_into(socket.socket.recv_into)  # type: ignore[method-assign]
+    socket.socket.recv_into = reading(socket.socket.recv_into, int)  # type: ignore[method-assign]
     socket.socket.send = writing(socket.socket.send)  # type: ignore[method-assign]
     select.epoll = ProbedEpoll  # type: ignore[misc,assignment]  # (trio makes its epoll so)
     selectors.EpollSelector._selector_cls = ProbedEpoll  # type: ignore[attr-defined]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from bench.table import main, render, render_runs
+from bench.table import main, read_result, render, render_runs
 from bench.targets import targets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,27 +65,29 @@ def test_a_run_confined_to_fewer_cpus_says_so() -> None:
 
 
 def test_full_runs_are_set_side_by_side_oldest_first(tmp_path: Path) -> None:
-    def run(date: str, cpu: str, hop_hop_us: float, cost: float) -> dict[str, object]:
+    older, newer = datetime(2000, 1, 1, 8, 30), datetime(2000, 1, 2, 9, 45)
+
+    def run(written: datetime, cpu: str, hop_us: float, cost: float) -> dict[str, object]:
         return {
-            "machine": {"date": date, "cpu_model": cpu, "git_revision": "abc1234"},
+            "machine": {"date": f"{written:%Y-%m-%dT%H:%M:%S}Z", "cpu_model": cpu,
+                        "git_revision": "r1"},
             "results": {
-                "chain": {"hop": {"per_hop_us": hop_hop_us}, "relay": {"per_hop_us": 120.0}},
+                "chain": {"hop": {"per_hop_us": hop_us}, "relay": {"per_hop_us": 120.0}},
                 "memory": {"subscriptions": {"rss_mb": 198.8}},
                 "tracing_overhead": {"throughput_cost_percent": cost},
             },
-        }
+        }  # fmt: skip
 
-    newer, older = tmp_path / "full_new.json", tmp_path / "full_old.json"
-    intel = "Intel(R) Xeon(R) Processor"
-    newer.write_text(json.dumps(run("2026-11-28T06:43:41Z", intel, 103.1, 6.5)))
-    older.write_text(json.dumps(run("2026-11-25T20:54:00Z", "AMD EPYC", 130.0, 4.9)))
-    lines = render_runs([newer, older]).splitlines()
+    new_file, old_file = tmp_path / "full_new.json", tmp_path / "full_old.json"
+    new_file.write_text(json.dumps(run(newer, "Intel(R) Xeon(R) Processor", 100.4, 6.0)))
+    old_file.write_text(json.dumps(run(older, "AMD EPYC", 130.0, 4.0)))
+    lines = render_runs([new_file, old_file]).splitlines()
     assert lines[0].startswith(RUNS_HEAD)
     assert lines[2:] == [
-        "| `full_old.json` | AMD EPYC | abc1234 | 2026-11-25 20:54 | n/a | n/a | n/a | n/a "
-        "| 130 / 120 | 199 | 4.9 % |",
-        "| `full_new.json` | Intel Xeon | abc1234 | 2026-11-28 06:43 | n/a | n/a | n/a | n/a "
-        "| 103 / 120 | 199 | 6.5 % |",
+        f"| `full_old.json` | AMD EPYC | r1 | {older:%Y-%m-%d %H:%M} | n/a | n/a | n/a | n/a "
+        "| 130 / 120 | 199 | 4.0 % |",
+        f"| `full_new.json` | Intel Xeon | r1 | {newer:%Y-%m-%d %H:%M} | n/a | n/a | n/a | n/a "
+        "| 100 / 120 | 199 | 6.0 % |",
     ]
 
 
@@ -97,8 +100,8 @@ def test_the_docs_broker_tables_are_the_tools_output_for_the_committed_files() -
     files = [line.split("`")[1] for line in runs.splitlines()[2:]]
     assert len(files) >= 2
     assert render_runs([results / name for name in files]) in doc
-    written = {name: json.loads((results / name).read_text()) for name in files}
-    result = max(written.values(), key=lambda run: run["machine"]["date"])
+    written = [read_result(results / name) for name in files]
+    result = max(written, key=lambda run: run["machine"]["date"])
     result["targets"] = targets(result["results"])
     assert render(result).split("\n", 2)[2] in doc  # the tables, without the run's line
 
