@@ -17,7 +17,13 @@ from broker.cli import EXIT_FAILURE, EXIT_OK, FILE_HELP, BadInput, Layer
 from broker.process import StartupError, unwind_on_sigterm
 from monitor.errors import InputError, ReplayError
 from monitor.hostload import OTHER_CPU_LIMIT_CORES
-from monitor.validate import CALIBRATION_FRACTIONS, DISTURBED_RETRIES, QUICK, TREND
+from monitor.validate import (
+    CALIBRATION_FRACTIONS,
+    DISTURBED_RETRIES,
+    QUICK,
+    SIMULATION_S,
+    TREND,
+)
 from routing import FilterSyntaxError
 from topologies import TopologyError, study_path
 
@@ -72,6 +78,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         warm=not args.as_measured,
         other_runs=[Path(run) for run in args.other_runs],
         trend=args.trend,
+        max_wall_s=args.sim_seconds,
     )
     print(json.dumps(summary, indent=2, default=str))
     return EXIT_OK
@@ -105,6 +112,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         disturbed_retries=args.disturbed_retries,
         trend=args.trend,
+        sim_seconds=args.sim_seconds,
     )
     print(result.summary)
     print(f"report: {result.report_html} ({result.seconds:.0f} s)")
@@ -169,6 +177,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         help="with --other-runs: carry each stage along its line in the host's busy share "
         "(line, the default) or pool every run's samples as they are (none)",
     )
+    _sim_seconds(p)
     p.set_defaults(func=cmd_predict)
 
     p = command("report", "RUN_DIR/report.html and report.md")
@@ -239,9 +248,22 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         f"than {OTHER_CPU_LIMIT_CORES:g} cores of the host in its warm-up or measurement "
         f"(default {DISTURBED_RETRIES}; 0 keeps every replay, marked)",
     )
+    _sim_seconds(p)
     p.add_argument("--master", help="Spark master URL (default: local[*])")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_validate)
+
+
+def _sim_seconds(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sim-seconds",
+        type=float,
+        default=SIMULATION_S,
+        metavar="S",
+        help="wall-clock seconds the simulation may run per prediction; it stops sooner "
+        "once the 95 %% interval of every mean it tracks is within 2 %% of it "
+        f"(default {SIMULATION_S:g})",
+    )
 
 
 LAYER = Layer(

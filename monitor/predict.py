@@ -34,6 +34,7 @@ from monitor.model.network import Arrival, EventClass, Host, Network, Station, T
 from monitor.model.operational import Method, OperationalResult
 from monitor.model.operational import analyze as operational
 from monitor.model.simulation import SimulationResult, simulate
+from monitor.validate import SIMULATION_S
 from monitor.warmth import matched
 from topologies import load_case_study, publisher_name
 
@@ -242,13 +243,16 @@ def predict(
     rate_scale: float = 1.0,
     methods: tuple[str, ...] = METHODS,
     seed: int = 1,
-    max_wall_s: float = 20.0,
+    max_wall_s: float = SIMULATION_S,
     measured_rates: bool = False,
     warm: bool = True,
     other_runs: Sequence[Path] = (),
     trend: str = "line",
 ) -> dict[str, Any]:
     """Write RUN_DIR/analysis/predictions.parquet; return a summary.
+
+    The simulation runs until the 95 % interval of every mean it tracks is within 2 %
+    of it, or for at most `max_wall_s` seconds; the summary says which (`stop_reason`).
 
     With `other_runs` (runs of the same workload, at least one at another rate than
     RUN_DIR's; repeats at one rate are pooled) each stage's samples are carried to the
@@ -262,6 +266,7 @@ def predict(
     if unknown:
         raise InputError(f"unknown methods {sorted(unknown)}; use {METHODS}")
     check_number(rate_scale, "rate scale", positive=True)
+    check_number(max_wall_s, "simulation seconds", positive=True)
     char = characterize(run_dir)
     target = target_workload(char, study_file, scenario, rate_scale, measured_rates)
     # same_as_run: the target is the run's own load, so the run's measurement is what
@@ -292,13 +297,17 @@ def predict(
         if method == "sim":
             result = simulate(network, seed=seed, max_wall_s=max_wall_s)
             _write_samples(run_dir, result)
+            # whether it converged (stop_reason "precision") or ran out of its seconds
+            stopped = {"stop_reason": result.stop_reason, "limit_s": max_wall_s}
         else:
             # every method but "sim" is an operational one: unknown methods were refused above
             result = operational(network, method=cast(Method, method))
+            stopped = {}
         rows += _rows(result, method)
         summary["methods"][method] = {
             "bottleneck": result.bottleneck,
             "saturated_hosts": list(result.saturated_hosts),
+            **stopped,
         }
     if target.same_as_run:
         measured = measured_values(char)

@@ -37,7 +37,15 @@ from monitor.report import (
     predictions_section,
     summary_sentence,
 )
-from monitor.validate import QUICK, Step, phase_lengths, run_replays, schedule, validate
+from monitor.validate import (
+    QUICK,
+    SIMULATION_S,
+    Step,
+    phase_lengths,
+    run_replays,
+    schedule,
+    validate,
+)
 from topologies import Workload
 
 REPO = Path(__file__).resolve().parent.parent
@@ -93,6 +101,7 @@ class Recorder:
         self.calls: list[tuple[str, Any]] = []
         self.lengths: list[tuple[float, float | None]] = []  # each replay's duration and warm-up
         self.disturbed_left = disturbed_first
+        self.sim_seconds: list[float] = []  # each prediction's limit for the simulation
 
     def replay(self, study: Path, run_dir: Path, rate_scale: float = 1.0, **kw: Any) -> None:
         self.calls.append(("replay", (run_dir.name, round(rate_scale, 6), kw["duration_s"])))
@@ -108,6 +117,7 @@ class Recorder:
     def predict(self, run_dir: Path, **kw: Any) -> None:
         others = [p.name for p in kw["other_runs"]]
         self.calls.append(("predict", (run_dir.name, others, kw["rate_scale"])))
+        self.sim_seconds.append(kw["max_wall_s"])
 
     def render(self, run_dir: Path) -> tuple[Path, Path, str]:
         self.calls.append(("render", run_dir.name))
@@ -189,7 +199,18 @@ def test_validate_refuses_bad_repeats(recorder: Recorder, tmp_path: Path) -> Non
         validate(STUDY, tmp_path, disturbed_retries=-1, quiet=True)
     with pytest.raises(InputError, match="warm-up must be"):
         validate(STUDY, tmp_path, warmup_s=-1.0, quiet=True)
+    with pytest.raises(InputError, match="simulation seconds must be"):
+        validate(STUDY, tmp_path, sim_seconds=0.0, quiet=True)
     assert recorder.calls == []
+
+
+def test_validate_gives_every_prediction_the_simulations_seconds(
+    recorder: Recorder, tmp_path: Path
+) -> None:
+    validate(STUDY, tmp_path, quick=True, repeats=2, quiet=True, sim_seconds=3.5)
+    assert recorder.sim_seconds == [3.5, 3.5]
+    validate(STUDY, tmp_path / "default", quick=True, quiet=True)
+    assert recorder.sim_seconds[2:] == [SIMULATION_S]
 
 
 def test_disturbed_replays_are_set_aside_and_run_again_a_bounded_number_of_times(

@@ -94,6 +94,8 @@ def test_a_folder_that_is_not_a_run_is_the_users_input(
         ("validate", "--duration", "-1", "duration"),
         ("validate", "--warmup", "inf", "warm-up"),
         ("predict", "--rate-scale", "-1", "rate scale"),
+        ("predict", "--sim-seconds", "0", "simulation seconds"),
+        ("validate", "--sim-seconds", "-1", "simulation seconds"),
     ],
 )
 def test_a_bad_length_or_scale_is_the_users_input(

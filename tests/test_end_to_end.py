@@ -32,6 +32,7 @@ from hop.command import REPO, start_hop, stop
 from hop.command import run_hop as hop
 from monitor.analysis import analyze
 from monitor.predict import METHODS, PREDICTIONS
+from monitor.validate import SIMULATION_S
 from tests import test_analysis
 from topologies import load_case_study, publisher_name
 
@@ -93,6 +94,7 @@ def specjms_predicted(specjms_run: Path, tmp_path_factory: pytest.TempPathFactor
     shutil.copytree(specjms_run, run)
     summary = json.loads(_ok(hop("predict", str(run), timeout=300)).stdout)
     assert set(summary["methods"]) == set(METHODS)
+    assert summary["methods"]["sim"]["limit_s"] == SIMULATION_S
     return run
 
 

@@ -25,6 +25,10 @@ from tests.test_replay import small_study
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs("java")]  # hop validate runs Spark
 
+SIM_SECONDS = 5.0
+"""The simulation's limit per prediction (a quarter of the default: these tests check
+what the report makes of the predictions, not their precision)."""
+
 
 @pytest.fixture(scope="module")
 def validated(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -34,7 +38,7 @@ def validated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = subprocess.run(
         [sys.executable, "-m", "hop", "validate", str(study), "--out", str(out),
          "--quick", "--duration", "2", "--warmup", "0.5", "--load-scale", "2", "--quiet",
-         "--repeats", "2", "--disturbed-retries", "0"],
+         "--repeats", "2", "--disturbed-retries", "0", "--sim-seconds", str(SIM_SECONDS)],
         capture_output=True, text=True, timeout=600, check=False,
         cwd=Path(__file__).resolve().parent.parent,
     )  # fmt: skip
@@ -73,6 +77,19 @@ def test_the_prediction_pools_both_calibrations(validated: Path) -> None:
     ]
     assert rates[0] < rates[1] < rates[2]
     assert "also used: calibration-0.6-1" in (validated / "report.md").read_text()
+
+
+def test_each_prediction_says_how_its_simulation_stopped(validated: Path) -> None:
+    """The simulation ran under the limit given (`--sim-seconds`), and each
+    repetition's summary says whether it converged or ran out of time."""
+    for calibration in ("calibration", "calibration-r2"):
+        summary = json.loads(
+            (validated / calibration / "analysis" / "predictions_summary.json").read_text()
+        )
+        sim = summary["methods"]["sim"]
+        assert sim["limit_s"] == SIM_SECONDS
+        assert sim["stop_reason"] in ("precision", "max_wall_s")
+        assert "stop_reason" not in summary["methods"]["mm1"]
 
 
 def test_the_repetitions_ran_interleaved_and_recorded_the_host_load(validated: Path) -> None:
