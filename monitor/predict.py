@@ -252,7 +252,8 @@ def predict(
     """Write RUN_DIR/analysis/predictions.parquet; return a summary.
 
     The simulation runs until the 95 % interval of every mean it tracks is within 2 %
-    of it, or for at most `max_wall_s` seconds; the summary says which (`stop_reason`).
+    of it, or for at most `max_wall_s` seconds; the summary says which (`stop_reason`)
+    and how wide the widest interval was (`max_relative_ci`, half-width over mean).
 
     With `other_runs` (runs of the same workload, at least one at another rate than
     RUN_DIR's; repeats at one rate are pooled) each stage's samples are carried to the
@@ -297,8 +298,14 @@ def predict(
         if method == "sim":
             result = simulate(network, seed=seed, max_wall_s=max_wall_s)
             _write_samples(run_dir, result)
-            # whether it converged (stop_reason "precision") or ran out of its seconds
-            stopped = {"stop_reason": result.stop_reason, "limit_s": max_wall_s}
+            # whether it converged (stop_reason "precision") or ran out of its seconds,
+            # and its widest interval (None: some mean had none, too short a run)
+            widest = result.max_relative_ci
+            stopped = {
+                "stop_reason": result.stop_reason,
+                "limit_s": max_wall_s,
+                "max_relative_ci": None if np.isnan(widest) else widest,
+            }
         else:
             # every method but "sim" is an operational one: unknown methods were refused above
             result = operational(network, method=cast(Method, method))

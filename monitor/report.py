@@ -650,7 +650,37 @@ def _manifest(path: Path) -> dict[str, Any]:
     return json.loads((path / "manifest.json").read_text())
 
 
-def header_rows(measured: Run, runs: Sequence[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
+def simulation_rows(layout: Layout) -> list[tuple[str, str]]:
+    """Per repetition, how its simulation ended: converged, or stopped at its time limit
+    and with what precision (so a reader can tell its sampling error from the model's),
+    for the summaries that record it."""
+    rows = []
+    for r, calibration in enumerate(layout.calibrations, start=1):
+        path = calibration / "analysis" / "predictions_summary.json"
+        sim = json.loads(path.read_text())["methods"].get("sim", {}) if path.exists() else {}
+        if "stop_reason" not in sim:
+            continue
+        widest = sim["max_relative_ci"]
+        precision = (
+            "no interval for some figures: too short a run (hop predict --sim-seconds)"
+            if widest is None
+            else f"widest 95 % interval +/-{widest * 100:.1f} % of its value"
+        )
+        how = (
+            "converged"
+            if sim["stop_reason"] == "precision"
+            else f"stopped at its {sim['limit_s']:g} s limit"
+        )
+        label = "simulation" if r == 1 else f"simulation ({calibration.name})"
+        rows.append((label, f"{how}; {precision}"))
+    return rows
+
+
+def header_rows(
+    measured: Run,
+    runs: Sequence[tuple[str, dict[str, Any]]],
+    simulations: Sequence[tuple[str, str]] = (),
+) -> pd.DataFrame:
     m = measured.manifest
     rows = [
         ("case study", m["case_study"]["name"]),
@@ -675,6 +705,7 @@ def header_rows(measured: Run, runs: Sequence[tuple[str, dict[str, Any]]]) -> pd
                 f"{c['delivered']}, lost {c['lost']}{mark}",
             )
         )
+    rows += simulations
     return pd.DataFrame(rows, columns=["", "value"])
 
 
@@ -716,7 +747,7 @@ def render(run_dir: Path) -> tuple[Path, Path, str]:
         sentence = other_load_sentence(*elsewhere)
         sections = build_sections(measured, None, None, load)
         sections.insert(1, predictions_section(predictions[0], elsewhere[0]))
-    header = header_rows(measured, runs)
+    header = header_rows(measured, runs, simulation_rows(layout))
     title = (
         f"hop validation report: {measured.manifest['case_study']['name']} ({scenario or 'base'})"
     )

@@ -35,6 +35,7 @@ from monitor.report import (
     compare,
     other_load,
     predictions_section,
+    simulation_rows,
     summary_sentence,
 )
 from monitor.validate import (
@@ -483,6 +484,41 @@ def test_predictions_are_compared_only_with_a_measurement_of_their_load(tmp_path
     assert validated("again", 27.0, double) == (27.0, 45.0)
     scaled = {**by_validate, "rate_scale": 2 / 0.3, "measured_rates": True}
     assert validated("scaled", 95.0, scaled) == (95.0, 45.0)
+
+
+def test_the_header_says_how_each_repetitions_simulation_ended(tmp_path: Path) -> None:
+    def calibration(name: str, sim: dict[str, Any] | None) -> Path:
+        path = tmp_path / name
+        (path / "analysis").mkdir(parents=True)
+        methods = {"mm1": {"bottleneck": "1"}, **({} if sim is None else {"sim": sim})}
+        summary = {"methods": methods}
+        (path / "analysis" / "predictions_summary.json").write_text(json.dumps(summary))
+        return path
+
+    converged = {"stop_reason": "precision", "limit_s": 20.0, "max_relative_ci": 0.0193}
+    at_limit = {"stop_reason": "max_wall_s", "limit_s": 5.0, "max_relative_ci": 0.0735}
+    unknown = {"stop_reason": "max_wall_s", "limit_s": 0.01, "max_relative_ci": None}
+    runs = [
+        calibration("calibration", converged),
+        calibration("calibration-r2", at_limit),
+        calibration("calibration-r3", unknown),
+        calibration("calibration-r4", {"bottleneck": "1"}),  # written before it was recorded
+        calibration("calibration-r5", None),  # --method mm1
+        tmp_path / "unpredicted",
+    ]
+    layout = Layout(runs, [[] for _ in runs], runs)
+    assert simulation_rows(layout) == [
+        ("simulation", "converged; widest 95 % interval +/-1.9 % of its value"),
+        (
+            "simulation (calibration-r2)",
+            "stopped at its 5 s limit; widest 95 % interval +/-7.3 % of its value",
+        ),
+        (
+            "simulation (calibration-r3)",
+            "stopped at its 0.01 s limit; no interval for some figures: too short a run "
+            "(hop predict --sim-seconds)",
+        ),
+    ]
 
 
 def test_predictions_at_another_load_are_shown_per_broker_in_order_and_per_pair() -> None:

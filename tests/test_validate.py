@@ -80,8 +80,9 @@ def test_the_prediction_pools_both_calibrations(validated: Path) -> None:
 
 
 def test_each_prediction_says_how_its_simulation_stopped(validated: Path) -> None:
-    """The simulation ran under the limit given (`--sim-seconds`), and each
-    repetition's summary says whether it converged or ran out of time."""
+    """The simulation ran under the limit given (`--sim-seconds`); each repetition's
+    summary and the report's header say whether it converged or ran out of time, and
+    how wide its widest interval was."""
     for calibration in ("calibration", "calibration-r2"):
         summary = json.loads(
             (validated / calibration / "analysis" / "predictions_summary.json").read_text()
@@ -89,7 +90,14 @@ def test_each_prediction_says_how_its_simulation_stopped(validated: Path) -> Non
         sim = summary["methods"]["sim"]
         assert sim["limit_s"] == SIM_SECONDS
         assert sim["stop_reason"] in ("precision", "max_wall_s")
+        assert sim["max_relative_ci"] > 0
         assert "stop_reason" not in summary["methods"]["mm1"]
+    report = (validated / "report.md").read_text()
+    said = dict(re.findall(r"^\| (simulation[^|]*?) \| (.*) \|$", report, re.MULTILINE))
+    for label in ("simulation", "simulation (calibration-r2)"):
+        how = r"(converged|stopped at its 5 s limit)"
+        precision = r"widest 95 % interval \+/-\d+\.\d % of its value"
+        assert re.fullmatch(f"{how}; {precision}", said[label]), said
 
 
 def test_the_repetitions_ran_interleaved_and_recorded_the_host_load(validated: Path) -> None:
