@@ -666,11 +666,10 @@ def simulation_rows(layout: Layout) -> list[tuple[str, str]]:
             if widest is None
             else f"widest 95 % interval +/-{widest * 100:.1f} % of its value"
         )
-        how = (
-            "converged"
-            if sim["stop_reason"] == "precision"
-            else f"stopped at its {sim['limit_s']:g} s limit"
-        )
+        how = {
+            "precision": "converged",
+            "max_wall_s": f"stopped at its {sim['limit_s']:g} s limit",
+        }.get(sim["stop_reason"], f"stopped ({sim['stop_reason']})")
         label = "simulation" if r == 1 else f"simulation ({calibration.name})"
         rows.append((label, f"{how}; {precision}"))
     return rows
