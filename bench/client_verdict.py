@@ -31,12 +31,11 @@ before their results are seen (all the runs of one code), or it proves nothing.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 from bench.client_api import TARGETS, targets
-from bench.common import median, p_text, sign_test_p
+from bench.common import median, p_text, read_result, sign_test_p
 
 SIGNIFICANT = 0.05
 """The sign test's p under which a majority of repetitions counts."""
@@ -92,15 +91,8 @@ def measured(result: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
 
 def load(file: Path) -> dict[str, Any]:
     """A `bench.client_api` result file; ValueError naming the file when it is not one."""
-    try:
-        text = file.read_text()
-    except OSError as exc:
-        raise ValueError(f"{file}: cannot be read ({exc.strerror})") from exc
-    try:
-        result = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"{file}: not JSON ({exc})") from exc
-    if not isinstance(result, dict) or not isinstance(result.get("systems"), dict):
+    result = read_result(file)
+    if not isinstance(result.get("systems"), dict):
         raise ValueError(f"{file}: not a bench.client_api result (it has no systems)")
     return result
 

@@ -214,6 +214,22 @@ def run_from(checkout: Path, module: str, args: list[str], out: Path) -> dict[st
     return result
 
 
+def read_result(file: Path) -> dict[str, Any]:
+    """A JSON result file's content; ValueError naming the file when it cannot be read
+    or is not a JSON object."""
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ValueError(f"{file}: cannot be read ({exc.strerror})") from exc
+    try:
+        result = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{file}: not JSON ({exc})") from exc
+    if not isinstance(result, dict):
+        raise ValueError(f"{file}: not a result (a JSON object)")
+    return result
+
+
 def sign_test_p(wins: int, n: int) -> float:
     """The two-sided sign test's p-value for ours the better in ``wins`` of ``n`` paired
     repetitions: the chance that a fair coin tossed ``n`` times comes out at least as

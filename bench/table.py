@@ -13,11 +13,10 @@ that runs made in different hours sit side by side.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS_DIR, lookup, median
+from bench.common import RESULTS_DIR, lookup, median, read_result
 from bench.targets import targets
 
 # The anchors (2 cores, 150-byte events, 1 -> 1, raw socket clients, measured when
@@ -199,16 +198,6 @@ def run_row(name: str, result: dict[str, Any]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def read_result(path: Path) -> dict[str, Any]:
-    """The result in the file ``path``; OSError or ValueError naming the file if it
-    cannot be read as JSON."""
-    try:
-        result: dict[str, Any] = json.loads(path.read_text())
-        return result
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not a JSON result: {exc}") from None
-
-
 def render_runs(files: list[Path]) -> str:
     """One row per full run in ``files``, oldest first (see the module doc)."""
     runs = sorted(
@@ -239,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
             print(render_runs(args.runs))
             return
         result = read_result(args.result)
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:
         parser.error(f"cannot read a result: {exc}")
     if "results" in result:  # (the targets of files written before a change to them)
         result["targets"] = targets(result["results"])

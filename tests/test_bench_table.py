@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.table import main, read_result, render, render_runs
+from bench.common import read_result
+from bench.table import main, render, render_runs
 from bench.targets import targets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -113,8 +114,8 @@ def test_a_file_that_is_not_a_result_is_named(
     cut.write_text('{"machine": {"date": ')  # cut short, as by a full disk
     gone = tmp_path / "full_gone.json"
     for argv, named in (
-        (["--runs", str(cut)], "full_cut.json is not a JSON result"),
-        ([str(cut)], "full_cut.json is not a JSON result"),
+        (["--runs", str(cut)], "full_cut.json: not JSON"),
+        ([str(cut)], "full_cut.json: not JSON"),
         (["--runs", str(gone)], "full_gone.json"),
     ):
         with pytest.raises(SystemExit) as exited:
