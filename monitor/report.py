@@ -639,11 +639,15 @@ class Layout:
         return out
 
 
+def _prediction_summary(calibration: Path) -> dict[str, Any] | None:
+    """`hop predict`'s summary in ``calibration``, None where nothing was predicted."""
+    path = calibration / "analysis" / "predictions_summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def _other_runs(calibration: Path) -> list[Path]:
-    summary_path = calibration / "analysis" / "predictions_summary.json"
-    if not summary_path.exists():
-        return []
-    return [Path(p) for p in json.loads(summary_path.read_text()).get("other_runs", [])]
+    summary = _prediction_summary(calibration) or {}
+    return [Path(p) for p in summary.get("other_runs", [])]
 
 
 def _manifest(path: Path) -> dict[str, Any]:
@@ -656,8 +660,8 @@ def simulation_rows(layout: Layout) -> list[tuple[str, str]]:
     for the summaries that record it."""
     rows = []
     for r, calibration in enumerate(layout.calibrations, start=1):
-        path = calibration / "analysis" / "predictions_summary.json"
-        sim = json.loads(path.read_text())["methods"].get("sim", {}) if path.exists() else {}
+        summary = _prediction_summary(calibration)
+        sim = summary["methods"].get("sim", {}) if summary is not None else {}
         if "stop_reason" not in sim:
             continue
         widest = sim["max_relative_ci"]
@@ -793,10 +797,9 @@ def other_load(layout: Layout) -> tuple[float, float] | None:
     for otherwise (`hop predict` run again on the calibration) is another load. Both
     figures returned are nominal rates, but for a target from reached rates."""
     for calibration, measurement in zip(layout.calibrations, layout.measurements, strict=True):
-        path = calibration / "analysis" / "predictions_summary.json"
-        if not path.exists():
+        summary = _prediction_summary(calibration)
+        if summary is None:
             continue
-        summary = json.loads(path.read_text())
         target = sum(summary["target_rates"].values())
         rate = float(_manifest(measurement)["total_rate"])
         if calibration == measurement:
