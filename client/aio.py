@@ -42,7 +42,6 @@ The reconnecting client also sends Ping to the broker when it has heard nothing 
 tell the client's user of each lost connection and of each return.
 """
 
-import contextlib
 import itertools
 import math
 import random
@@ -53,7 +52,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import trio
 
@@ -72,9 +71,7 @@ from broker.protocol import (
     ProtocolError,
     Publish,
     Stats,
-    StatsRequest,
     SubAck,
-    Subscribe,
     Unsubscribe,
     Welcome,
     error_frame,
@@ -90,7 +87,6 @@ from client.calls import (
     check_callback,
     check_connection_callbacks,
     reconnect_policy,
-    reply_key,
 )
 from client.errors import (
     BrokerError,
@@ -264,7 +260,7 @@ class _Reply:
         self.loss: ConnectionLost | None = None
 
 
-class AsyncClient(ClientCalls[AsyncSubscription]):
+class AsyncClient(ClientCalls[AsyncSubscription, _Reply]):
     """A trio client connected to one broker; get one from ``open_client``."""
 
     def __init__(
@@ -437,18 +433,6 @@ class AsyncClient(ClientCalls[AsyncSubscription]):
         await self._send_frames(frames)
         return ids
 
-    async def stats(self) -> dict[str, Any]:
-        """The broker's counters and gauges (nested dicts)."""
-        reply = _Reply()
-        self._stats_replies.append(reply)
-        try:
-            await self._send(StatsRequest())
-        except BaseException:
-            with contextlib.suppress(ValueError):  # not sent: no answer will come for it
-                self._stats_replies.remove(reply)
-            raise
-        return cast(Stats, await self._answer(reply)).stats
-
     async def wait_closed(self) -> None:
         """Wait until the client ends, for a task whose work its handlers do (paho-mqtt's
         ``loop_forever``): return once it is closed (``aclose``, from another task);
@@ -582,15 +566,12 @@ class AsyncClient(ClientCalls[AsyncSubscription]):
         if self._usable():
             self._outgoing.put_nowait(self._conn.send(message))
 
-    async def _request(self, message: Message, key: ReplyKey, internal: bool = False) -> Message:
-        """Send ``message`` and wait for the answer named by ``key``."""
-        reply = self._replies[key] = _Reply()
-        try:
-            await self._send(message, internal)
-            return await self._answer(reply)
-        finally:
-            if self._replies.get(key) is reply:
-                del self._replies[key]
+    def _new_reply(self) -> _Reply:
+        return _Reply()
+
+    def _set_reply(self, reply: _Reply, message: Message) -> None:
+        reply.message = message
+        reply.event.set()
 
     async def _answer(self, reply: _Reply) -> Message:
         await reply.event.wait()
@@ -700,22 +681,6 @@ class AsyncClient(ClientCalls[AsyncSubscription]):
         if self._on_reconnect is not None:
             self._on_reconnect()
 
-    async def _resubscribe(self) -> None:
-        """Send every acknowledged subscription again; wait for all their SubAcks.
-        (Those not acknowledged yet are sent again by their ``subscribe`` call.)"""
-        subs = [sub for sub in self._subscriptions.values() if sub._acked]
-        replies: dict[ReplyKey, _Reply] = {(SubAck, sub.id): _Reply() for sub in subs}
-        self._replies.update(replies)
-        try:
-            for sub in subs:
-                await self._send(Subscribe(sub.id, sub.filter.to_wire()), internal=True)
-            for reply in replies.values():
-                await self._answer(reply)
-        finally:
-            for key, reply in replies.items():
-                if self._replies.get(key) is reply:
-                    del self._replies[key]
-
     async def _heartbeat(self, policy: Reconnect) -> None:
         """Ping a quiet broker; give the connection up when it stays silent."""
         while True:
@@ -821,8 +786,7 @@ class AsyncClient(ClientCalls[AsyncSubscription]):
             case Ping(nonce=nonce):
                 self._send_nowait(Pong(nonce))
             case Stats():
-                if self._stats_replies:
-                    self._set_reply(self._stats_replies.popleft(), message)
+                self._stats_answered(message)
             case Error(code=code, message=text):
                 # A refused Hello ends the client, also when reconnecting.
                 (self._lose if self._welcomed else self._fail)(BrokerError(code, text))
@@ -838,17 +802,6 @@ class AsyncClient(ClientCalls[AsyncSubscription]):
                 self._answered(message)
             case _:
                 self._answered(message)
-
-    def _answered(self, message: Message) -> None:
-        """Hand ``message`` to the request waiting for it, if any."""
-        reply = self._replies.get(reply_key(message))
-        if reply is not None:
-            self._set_reply(reply, message)
-
-    @staticmethod
-    def _set_reply(reply: _Reply, message: Message) -> None:
-        reply.message = message
-        reply.event.set()
 
     def _deliver(self, delivery: Delivery) -> None:
         subscriptions = self._subscriptions

@@ -57,9 +57,7 @@ from broker.protocol import (
     ProtocolError,
     Publish,
     Stats,
-    StatsRequest,
     SubAck,
-    Subscribe,
     Unsubscribe,
     Welcome,
     error_frame,
@@ -75,7 +73,6 @@ from client.calls import (
     check_callback,
     check_connection_callbacks,
     reconnect_policy,
-    reply_key,
 )
 from client.errors import (
     BrokerError,
@@ -274,7 +271,7 @@ class _Link(asyncio.BufferedProtocol):
             self.transport.abort()
 
 
-class AsyncioClient(ClientCalls[AsyncioSubscription]):
+class AsyncioClient(ClientCalls[AsyncioSubscription, asyncio.Future[Message]]):
     """An asyncio client connected to one broker: get one from ``open_asyncio_client``
     or ``await AsyncioClient.connect(...)`` (then ``await client.aclose()``, or use it
     as an async context manager). Its calls are those of ``client.AsyncClient``."""
@@ -455,18 +452,6 @@ class AsyncioClient(ClientCalls[AsyncioSubscription]):
         await self._send_frames(frames)
         return ids
 
-    async def stats(self) -> dict[str, Any]:
-        """The broker's counters and gauges (nested dicts)."""
-        reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._stats_replies.append(reply)
-        try:
-            await self._send(StatsRequest())
-        except BaseException:
-            with contextlib.suppress(ValueError):  # not sent: no answer will come for it
-                self._stats_replies.remove(reply)
-            raise
-        return cast(Stats, await self._answer(reply)).stats
-
     async def wait_closed(self) -> None:
         """Wait until the client ends: return once it is closed (``aclose``, from another
         task); raise what ended it otherwise: a handler's or callback's exception, or the
@@ -554,16 +539,12 @@ class AsyncioClient(ClientCalls[AsyncioSubscription]):
         if self._failure is None and self._loss is None and link is not None and link.usable:
             link.write_now(link.conn.send(message))
 
-    async def _request(self, message: Message, key: ReplyKey, internal: bool = False) -> Message:
-        """Send ``message`` and wait for the answer named by ``key``."""
-        reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._replies[key] = reply
-        try:
-            await self._send(message, internal)
-            return await self._answer(reply)
-        finally:
-            if self._replies.get(key) is reply:
-                del self._replies[key]
+    def _new_reply(self) -> asyncio.Future[Message]:
+        return asyncio.get_running_loop().create_future()
+
+    def _set_reply(self, reply: asyncio.Future[Message], message: Message) -> None:
+        if not reply.done():
+            reply.set_result(message)
 
     async def _answer(self, reply: asyncio.Future[Message]) -> Message:
         try:
@@ -606,8 +587,7 @@ class AsyncioClient(ClientCalls[AsyncioSubscription]):
             case Ping(nonce=nonce):
                 self._send_nowait(Pong(nonce))
             case Stats():
-                if self._stats_replies:
-                    _set(self._stats_replies.popleft(), message)
+                self._stats_answered(message)
             case Error(code=code, message=text):
                 # A refused Hello ends the client, also when reconnecting.
                 error = BrokerError(code, text)
@@ -624,11 +604,6 @@ class AsyncioClient(ClientCalls[AsyncioSubscription]):
                 self._answered(message)
             case _:
                 self._answered(message)
-
-    def _answered(self, message: Message) -> None:
-        reply = self._replies.get(reply_key(message))
-        if reply is not None:
-            _set(reply, message)
 
     def _report_violation(self, link: _Link, exc: ProtocolError) -> None:
         """The broker broke the protocol: tell it (best effort), end the connection.
@@ -703,24 +678,6 @@ class AsyncioClient(ClientCalls[AsyncioSubscription]):
             self._ready.set()
             self._call_back(self._on_reconnect)
             return
-
-    async def _resubscribe(self) -> None:
-        """Send every acknowledged subscription again; wait for all their SubAcks."""
-        subs = [sub for sub in self._subscriptions.values() if sub._acked]
-        loop = asyncio.get_running_loop()
-        replies: dict[ReplyKey, asyncio.Future[Message]] = {
-            (SubAck, sub.id): loop.create_future() for sub in subs
-        }
-        self._replies.update(replies)
-        try:
-            for sub in subs:
-                await self._send(Subscribe(sub.id, sub.filter.to_wire()), internal=True)
-            for reply in replies.values():
-                await self._answer(reply)
-        finally:
-            for key, reply in replies.items():
-                if self._replies.get(key) is reply:
-                    del self._replies[key]
 
     async def _heartbeat(self, policy: Reconnect) -> None:
         """Ping a quiet broker; give the connection up when it stays silent."""
@@ -797,11 +754,6 @@ class AsyncioClient(ClientCalls[AsyncioSubscription]):
         for sub in self._subscriptions.values():
             sub._close(error)
         self._closed.set()
-
-
-def _set(reply: asyncio.Future[Message], message: Message) -> None:
-    if not reply.done():
-        reply.set_result(message)
 
 
 async def _open_link(

@@ -2,10 +2,12 @@
 policy, the checks of a caller's filter and callbacks, how the broker's answers name
 the requests they answer, a subscription's state and the calls built on its
 ``next_delivery`` (`QueuedSubscription`), and the calls both clients make alike through
-their own requests (`ClientCalls`: ``unsubscribe``, ``flush``, ``ping``)."""
+their own requests and answers (`ClientCalls`: ``unsubscribe``, ``flush``, ``ping``,
+``stats``, resubscribing)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 from abc import ABC, abstractmethod
@@ -13,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Generic, Protocol, Self, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar, cast
 
 from broker.protocol import (
     Flush,
@@ -21,6 +23,8 @@ from broker.protocol import (
     Message,
     Ping,
     Pong,
+    Stats,
+    StatsRequest,
     SubAck,
     Subscribe,
     UnsubAck,
@@ -167,15 +171,20 @@ class Subscription(Protocol):
     @property
     def _client(self) -> object: ...
 
+    @property
+    def _acked(self) -> bool: ...
+
     def _close(self, error: ConnectionLost | None) -> None: ...
 
 
 Sub = TypeVar("Sub", bound=Subscription)
+Reply = TypeVar("Reply")  # a client's slot for one answer (a trio event, an asyncio future)
 
 
-class ClientCalls(Generic[Sub]):
-    """The calls the trio and asyncio clients make alike, by way of their own
-    ``_request`` (send, then wait for the answer)."""
+class ClientCalls(Generic[Sub, Reply]):
+    """The calls the trio and asyncio clients make alike, by way of their own ways to
+    send a message (``_send``), to make a slot for its answer (``_new_reply``), to fill
+    it (``_set_reply``) and to wait on it (``_answer``)."""
 
     _tokens: Iterator[int]
     _subscriptions: dict[int, Sub]
@@ -184,9 +193,72 @@ class ClientCalls(Generic[Sub]):
     _policy: Reconnect | None
     _wait_s: float  # how long a call waits for the connection to come back
     _failure: ConnectionLost | None  # set once the client is ending
+    _replies: dict[ReplyKey, Reply]  # the requests waiting for their answers
+    _stats_replies: deque[Reply]  # answered in order: Stats names no request
+
+    async def _send(self, message: Message, internal: bool = False) -> None:
+        """Queue ``message`` on the connection; ``internal`` messages (handshake,
+        resubscribing) belong to the current connection only."""
+        raise NotImplementedError
+
+    def _new_reply(self) -> Reply:
+        raise NotImplementedError
+
+    def _set_reply(self, reply: Reply, message: Message) -> None:
+        raise NotImplementedError
+
+    async def _answer(self, reply: Reply) -> Message:
+        """The answer put in ``reply``, waiting for it; ``ConnectionLost`` if the
+        connection ended first."""
+        raise NotImplementedError
 
     async def _request(self, message: Message, key: ReplyKey, internal: bool = False) -> Message:
-        raise NotImplementedError
+        """Send ``message`` and wait for the answer named by ``key``."""
+        reply = self._replies[key] = self._new_reply()
+        try:
+            await self._send(message, internal)
+            return await self._answer(reply)
+        finally:
+            if self._replies.get(key) is reply:
+                del self._replies[key]
+
+    def _answered(self, message: Message) -> None:
+        """Hand ``message`` to the request waiting for it, if any."""
+        reply = self._replies.get(reply_key(message))
+        if reply is not None:
+            self._set_reply(reply, message)
+
+    def _stats_answered(self, message: Stats) -> None:
+        if self._stats_replies:
+            self._set_reply(self._stats_replies.popleft(), message)
+
+    async def stats(self) -> dict[str, Any]:
+        """The broker's counters and gauges (nested dicts)."""
+        reply = self._new_reply()
+        self._stats_replies.append(reply)
+        try:
+            await self._send(StatsRequest())
+        except BaseException:
+            with contextlib.suppress(ValueError):  # not sent: no answer will come for it
+                self._stats_replies.remove(reply)
+            raise
+        return cast(Stats, await self._answer(reply)).stats
+
+    async def _resubscribe(self) -> None:
+        """Send every acknowledged subscription again; wait for all their SubAcks.
+        (Those not acknowledged yet are sent again by their ``subscribe`` call.)"""
+        subs = [sub for sub in self._subscriptions.values() if sub._acked]
+        replies: dict[ReplyKey, Reply] = {(SubAck, sub.id): self._new_reply() for sub in subs}
+        self._replies.update(replies)
+        try:
+            for sub in subs:
+                await self._send(Subscribe(sub.id, sub.filter.to_wire()), internal=True)
+            for reply in replies.values():
+                await self._answer(reply)
+        finally:
+            for key, reply in replies.items():
+                if self._replies.get(key) is reply:
+                    del self._replies[key]
 
     def _reconnecting(self) -> bool:
         """Whether a lost connection is to be opened again (not once closed)."""
