@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# import-linter in an environment of its own (pyproject.toml's dependency group says why);
+# it reads the packages from the checkout.
+LINT_IMPORTS := PYTHONPATH=. $(VENV)/lint/bin/lint-imports
 
 .PHONY: demo test soak lint bench clean setup
 
@@ -14,6 +17,8 @@ $(STAMP): pyproject.toml scripts/system_deps.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	test -x $(VENV)/lint/bin/python || $(PYTHON) -m venv --without-pip $(VENV)/lint
+	$(BIN)/python -m pip --python $(VENV)/lint/bin/python install --quiet --group lint
 	# Bytecode once: every broker, client and test process then loads it instead of
 	# compiling the sources again (as it would where PYTHONDONTWRITEBYTECODE is set).
 	$(BIN)/python -m compileall -q routing topologies broker client monitor hop bench tests
@@ -30,7 +35,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/lint-imports
+	$(LINT_IMPORTS)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -m "not slow" --durations=15
 
@@ -40,7 +45,7 @@ soak: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/lint-imports
+	$(LINT_IMPORTS)
 	$(BIN)/mypy
 
 bench: $(STAMP)

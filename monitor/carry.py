@@ -55,11 +55,16 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from monitor.characterize import Characterization
 from monitor.errors import InputError
+
+# Annotations only: `hop validate` checks its options with this module before it needs
+# pandas.
+if TYPE_CHECKING:
+    from monitor.characterize import Characterization
 
 FACTOR_LIMITS = (0.5, 2.0)
 """A stage's carried mean stays within these multiples of its mean at the nearest rate:

@@ -206,19 +206,20 @@ def validate(
     trend: str = TREND,
     sim_seconds: float = SIMULATION_S,
 ) -> ValidationResult:
-    # Imported here: `hop` reads CALIBRATION_FRACTIONS for its help text, and the
-    # other commands have no use for Spark, pyarrow and pandas.
+    _check(calibration_fractions, calibration_repeats, repeats, disturbed_retries, trend)
+    check_number(load_scale, "load scale", positive=True)
+    check_number(sim_seconds, "simulation seconds", positive=True)
+    workload = load_case_study(study_file).workload or Workload()
+    phase_lengths(workload, 1.0, quick, duration_s, warmup_s)  # bad lengths fail before a replay
+    # Imported here, after the checks: `hop` reads CALIBRATION_FRACTIONS for its help
+    # text, the other commands have no use for Spark, pyarrow, pandas and matplotlib,
+    # and a mistyped option is refused without the second their imports take.
     from monitor.analysis import analyze
     from monitor.predict import predict
     from monitor.replay import replay
     from monitor.report import render
     from monitor.spark import spark_session
 
-    _check(calibration_fractions, calibration_repeats, repeats, disturbed_retries, trend)
-    check_number(load_scale, "load scale", positive=True)
-    check_number(sim_seconds, "simulation seconds", positive=True)
-    workload = load_case_study(study_file).workload or Workload()
-    phase_lengths(workload, 1.0, quick, duration_s, warmup_s)  # bad lengths fail before a replay
     carry = len(set(calibration_fractions)) > 1
     started = time.monotonic()
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("routing", "topologies", "broker", "client", "monitor", "hop", "bench")
-LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+# `make setup` installs import-linter into an environment of its own (pyproject.toml).
+LINT_IMPORTS = Path(sys.prefix) / "lint" / "bin" / "lint-imports"
 
 
 def _copy(tmp_path: Path) -> Path:
