@@ -56,9 +56,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from monitor.traces import read_manifest
-
-    read_manifest(Path(args.run_dir))  # not a run: refused before the second Spark's imports take
     from monitor.analysis import analyze
 
     summary = analyze(Path(args.run_dir), master=args.master, window=args.window)
@@ -67,9 +64,6 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from monitor.traces import read_manifest
-
-    read_manifest(Path(args.run_dir))  # not a run: refused before pandas' imports take a second
     from monitor.predict import METHODS, predict
 
     methods = METHODS if args.method == "all" else (args.method,)
