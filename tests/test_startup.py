@@ -87,3 +87,25 @@ def test_the_trace_writer_writes_without_pandas(tmp_path: Path) -> None:
     )
     assert out.splitlines() == ["False", "the trace writer does without pandas"]
     assert pa.ipc.open_stream(path).read_all().schema.names[:2] == ["run_id", "event_id"]
+
+
+def test_hop_validate_refuses_a_bad_option_before_loading_spark_or_pandas(
+    tmp_path: Path,
+) -> None:
+    """Its checks come before the imports of the replay, Spark, pandas and the report
+    (a second and more), so a mistyped option is refused at once."""
+    heavy = "('pandas', 'pyarrow', 'pyspark', 'matplotlib', 'monitor.replay')"
+    out = _run(
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from monitor.errors import InputError\n"
+        "from monitor.validate import validate\n"
+        "try:\n"
+        f"    validate(Path('topologies/tree7.toml'), Path({str(tmp_path / 'run')!r}),"
+        " trend='curve')\n"
+        "except InputError as exc:\n"
+        "    print(exc)\n"
+        f"print(sorted(m for m in {heavy} if m in sys.modules))"
+    )
+    assert out.splitlines() == ["unknown trend 'curve'; use one of ('line', 'none')", "[]"]
+    assert not (tmp_path / "run").exists()
