@@ -229,6 +229,7 @@ class ClientCalls(Generic[Sub, Reply]):
             self._set_reply(reply, message)
 
     def _stats_answered(self, message: Stats) -> None:
+        """Hand ``message`` to the oldest ``stats`` call waiting, if any."""
         if self._stats_replies:
             self._set_reply(self._stats_replies.popleft(), message)
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from broker.local_network import REPO
 
@@ -89,8 +90,16 @@ def test_the_trace_writer_writes_without_pandas(tmp_path: Path) -> None:
     assert pa.ipc.open_stream(path).read_all().schema.names[:2] == ["run_id", "event_id"]
 
 
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("trend='curve'", "unknown trend 'curve'; use one of ('line', 'none')"),
+        # the last of its checks: every check comes before the imports
+        ("duration_s=-1", "duration must be a finite number more than 0, got -1"),
+    ],
+)
 def test_hop_validate_refuses_a_bad_option_before_loading_spark_or_pandas(
-    tmp_path: Path,
+    tmp_path: Path, option: str, message: str
 ) -> None:
     """Its checks come before the imports of the replay, Spark, pandas and the report
     (a second and more), so a mistyped option is refused at once."""
@@ -101,11 +110,10 @@ def test_hop_validate_refuses_a_bad_option_before_loading_spark_or_pandas(
         "from monitor.errors import InputError\n"
         "from monitor.validate import validate\n"
         "try:\n"
-        f"    validate(Path('topologies/tree7.toml'), Path({str(tmp_path / 'run')!r}),"
-        " trend='curve')\n"
+        f"    validate(Path('topologies/tree7.toml'), Path({str(tmp_path / 'run')!r}), {option})\n"
         "except InputError as exc:\n"
         "    print(exc)\n"
         f"print(sorted(m for m in {heavy} if m in sys.modules))"
     )
-    assert out.splitlines() == ["unknown trend 'curve'; use one of ('line', 'none')", "[]"]
+    assert out.splitlines() == [message, "[]"]
     assert not (tmp_path / "run").exists()
