@@ -8,6 +8,10 @@ STAMP := $(VENV)/.installed
 # it reads the packages from the checkout.
 LINT_IMPORTS := PYTHONPATH=. $(VENV)/lint/bin/lint-imports
 
+# Two pytest workers, one per core: the suite waits on processes and sockets a third of
+# the time. Files stay whole on a worker, and the Spark files share one (tests/conftest.py).
+WORKERS := -n 2
+
 .PHONY: demo test soak lint bench clean setup
 
 setup: $(STAMP)
@@ -37,7 +41,7 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(LINT_IMPORTS)
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -m "not slow" --durations=15
+	$(BIN)/python -m pytest -q -m "not slow" $(WORKERS) --durations=15
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

@@ -4,6 +4,7 @@ and the benchmarks start (neither imports the other's modules for it)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import socket
 from collections.abc import Sequence
@@ -30,18 +31,43 @@ def on_free_ports(study_file: Path, out: Path) -> Path:
     return out
 
 
+FREE_PORTS_ENV = "HOP_FREE_PORTS"
+"""Where `free_base_port` looks, as LOW-HIGH: processes sharing a host (the two test
+workers of `make test`, two users' replays) each set a range of their own, so that a
+range found free cannot be taken by the other in the seconds before its brokers listen."""
+
+
 def free_base_port(count: int) -> int:
     """A base port such that base+1 .. base+count are free on 127.0.0.1 right now.
 
-    Below the kernel's ephemeral range, so the outgoing connections of this or other
-    tests cannot take a broker's port in the seconds before it listens.
+    Drawn from HOP_FREE_PORTS when it is set, else from 20000 up to the kernel's
+    ephemeral range: below it, so the outgoing connections of this or other tests
+    cannot take a broker's port in the seconds before it listens.
     """
-    top = min(60000, _ephemeral_low())
+    low, high = free_port_range()
+    if high - low <= count:
+        raise ValueError(f"{FREE_PORTS_ENV}={low}-{high} has no room for {count} ports")
     for _ in range(200):
-        base = random.randrange(20000, top - count)
+        base = random.randrange(low, high - count)
         if all(_free(base + i) for i in range(1, count + 1)):
             return base
-    raise RuntimeError("no free port range found")
+    raise RuntimeError(f"no {count} free ports found in {low}-{high}")
+
+
+def free_port_range() -> tuple[int, int]:
+    """(low, high) of the ports `free_base_port` draws from (HOP_FREE_PORTS or the default)."""
+    text = os.environ.get(FREE_PORTS_ENV)
+    if text is None:
+        return 20000, min(60000, _ephemeral_low())
+    try:
+        low, high = (int(part) for part in text.split("-"))
+    except ValueError:
+        raise ValueError(
+            f"{FREE_PORTS_ENV} must be LOW-HIGH (e.g. 20000-26000), not {text!r}"
+        ) from None
+    if not 1024 <= low < high <= 65535:
+        raise ValueError(f"{FREE_PORTS_ENV}={text}: want 1024 <= LOW < HIGH <= 65535")
+    return low, high
 
 
 def _ephemeral_low() -> int:

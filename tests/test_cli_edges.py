@@ -19,9 +19,11 @@ from broker.local_network import REPO, free_base_port
 from broker.probe import fetch_stats
 from broker.protocol import PROTOCOL_VERSION
 from broker.trace.schema import TRACE_VERSION
+from hop.cli import build_parser
 from hop.cli import main as hop_main
 from hop.command import HOP, stop, wait_ready
 from monitor.errors import InputError
+from monitor.validate import SIMULATION_S
 
 
 def _layer(error: BaseException) -> Layer:
@@ -115,6 +117,13 @@ def test_a_bad_length_or_scale_is_the_users_input(
     assert code == EXIT_BAD_INPUT
     assert f"{named} must be a finite number" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", [["predict", "run"], ["validate", "x.toml", "--out", "o"]])
+def test_the_simulation_limit_defaults_to_the_models(command: list[str]) -> None:
+    """Without --sim-seconds both commands give the simulation its default limit (the
+    end-to-end tests pass a shorter one, and check that it reaches the simulation)."""
+    assert build_parser().parse_args(command).sim_seconds == SIMULATION_S
 
 
 @pytest.mark.parametrize(
