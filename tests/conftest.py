@@ -125,12 +125,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ByGroup:
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if WORKER is not None:
-    # Each worker draws brokers' ports from a range of its own (as do the processes it
-    # starts, which inherit it): a range one worker found free cannot be taken by the
-    # other before its brokers listen.
+    # Each worker draws brokers' ports from its own share of the range (HOP_FREE_PORTS
+    # as set for the run, or the default), as do the processes it starts, which inherit
+    # it: a range one worker found free cannot be taken by the other before its brokers
+    # listen.
     from broker.local_network import FREE_PORTS_ENV, free_port_range
 
-    os.environ.pop(FREE_PORTS_ENV, None)
     low, high = free_port_range()
     workers, index = int(os.environ["PYTEST_XDIST_WORKER_COUNT"]), int(WORKER[2:])
     share = (high - low) // workers
