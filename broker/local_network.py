@@ -32,9 +32,9 @@ def on_free_ports(study_file: Path, out: Path) -> Path:
 
 
 FREE_PORTS_ENV = "HOP_FREE_PORTS"
-"""Where `free_base_port` looks, as LOW-HIGH: processes sharing a host (the two test
-workers of `make test`, two users' replays) each set a range of their own, so that a
-range found free cannot be taken by the other in the seconds before its brokers listen."""
+"""Where `free_base_port` looks, as LOW-HIGH: test runs and benchmarks sharing a host
+(the two workers of `make test`, two people's runs) each set a range of their own, so
+that a range one found free cannot be taken by another before its brokers listen."""
 
 
 def free_base_port(count: int) -> int:
