@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.local_network import FREE_PORTS_ENV
+from broker.local_network import FREE_PORTS_ENV, REPO
 from tests.conftest import SPARK_FILES, scope_of
-
-REPO = Path(__file__).resolve().parent.parent
 
 INNER_CONFTEST = """
 from tests.conftest import pytest_collection_modifyitems, pytest_xdist_make_scheduler
