@@ -51,9 +51,14 @@ from topologies import (
 )
 from topologies.model import Workload
 
-ATTACHED_FLUSH_S = 2.5
-"""How long a replay waits, after the drain, before copying the traces of brokers it
-attached to (they keep running, so their files are never closed)."""
+ATTACHED_QUIET_S = 2.5
+"""After the drain, a replay copies the traces of brokers it attached to (they keep
+running, so their files are never closed) once those on this host have not grown for
+this long (a traced broker hands its rows to its writer at least once a second, and the
+writer writes each blob at once; on a busy host the writer lags, and a fixed wait lost
+rows), or after this long for brokers elsewhere."""
+ATTACHED_WAIT_MAX_S = 60.0
+"""The longest a replay waits for attached brokers' trace files to stop growing."""
 
 
 @dataclass
@@ -170,9 +175,6 @@ def replay(
             codes = procs.stop(timeout=30.0)
         site.gather(error)
     if attach:
-        # A traced broker hands its rows to its writer at least once a second, and the
-        # writer writes each blob at once: after this, the run's rows are in the files.
-        time.sleep(ATTACHED_FLUSH_S)
         site.gather_attached(attached, procs)
     failed = {b: c for b, c in codes.items() if c != 0}
     counts = check_deliveries(run_dir, study)
@@ -247,11 +249,19 @@ class Site:
                     raise
 
     def gather_attached(self, files: dict[int, str], procs: BrokerProcesses) -> None:
-        """The trace files of brokers a user started, into RUN_DIR/traces."""
+        """The trace files of brokers a user started, into RUN_DIR/traces, once they
+        have stopped growing (ATTACHED_QUIET_S)."""
         dest = self.here_dir / "traces"
+        here = {
+            b: runs_here(procs.host_of(b), self.deployment) or not self.deployment.copy_from
+            for b in files
+        }
+        _await_quiet(
+            [Path(files[b]) for b in files if here[b]], ATTACHED_QUIET_S, ATTACHED_WAIT_MAX_S
+        )
         for broker_id, path in files.items():
             host = procs.host_of(broker_id)
-            if runs_here(host, self.deployment) or not self.deployment.copy_from:
+            if here[broker_id]:
                 source = Path(path)
                 if not source.is_file():
                     raise ReplayError(f"broker {broker_id}: trace file {path} is not readable here")
@@ -265,6 +275,21 @@ class Site:
             _run_or_fail(fetch, host, f"fetch broker {broker_id}'s trace")
             shutil.move(folder / Path(path).name, dest / Path(path).name)
             shutil.rmtree(folder)
+
+
+def _await_quiet(files: list[Path], quiet_s: float, max_s: float) -> None:
+    """Return once none of `files` has changed size for `quiet_s` seconds (at once after
+    `quiet_s` when there are none), or after `max_s`."""
+    started = time.monotonic()
+    sizes: dict[Path, int] = {}
+    quiet_since = started
+    while time.monotonic() - started < max_s:
+        now = {f: f.stat().st_size if f.is_file() else -1 for f in files}
+        if now != sizes:
+            sizes, quiet_since = now, time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_s:
+            return
+        time.sleep(0.2)
 
 
 def _run_or_fail(cmd: list[str], host: HostSpec, what: str) -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from hop.command import HOP, stop, wait_ready
 from monitor.characterize import characterize
 from monitor.placement import client_processes
+from monitor.replay import _await_quiet
 from tests.test_replay import small_study
 from topologies import Deployment, HostSpec, ProcessSpec, load_case_study
 from topologies.generators import to_toml
@@ -114,6 +116,29 @@ def test_attach_drives_and_gathers_brokers_started_beforehand(tmp_path: Path) ->
     assert manifest["deployment"]["attached"] is True
     char = characterize(out)
     assert sorted(char.brokers, key=int) == [str(b) for b in sorted(study.topology.brokers)]
+
+
+def test_attached_traces_are_copied_once_they_stop_growing(tmp_path: Path) -> None:
+    """A writer still appending (as a lagging trace writer does) is waited for: the
+    wait ends only after its last write, and a quiet file is waited on no longer than
+    the quiet time."""
+    trace = tmp_path / "hops.arrow"
+    trace.write_bytes(b"")
+
+    def append() -> None:
+        for _ in range(20):
+            time.sleep(0.1)
+            with trace.open("ab") as f:
+                f.write(b"rows")
+
+    writer = threading.Thread(target=append)
+    writer.start()
+    _await_quiet([trace], quiet_s=1.0, max_s=30.0)
+    assert trace.stat().st_size == 80  # every write landed before the wait ended
+    writer.join()
+    started = time.monotonic()
+    _await_quiet([trace], quiet_s=0.5, max_s=30.0)
+    assert time.monotonic() - started < 5
 
 
 @pytest.mark.needs("procfs")
