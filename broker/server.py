@@ -896,6 +896,11 @@ class Broker:
             "pid": os.getpid(),
             "cpu_s": time.process_time(),  # replay's CPU per phase of brokers anywhere
             "trace_file": "" if self.tracer is None else str(self.tracer.path),
+            # Rows recorded, and of them in the file and lost so far (a replay attached
+            # to this broker copies its file once the last two add up to the first).
+            "trace_rows": 0 if self.tracer is None else self.tracer.rows_recorded,
+            "trace_rows_written": 0 if self.tracer is None else self.tracer.rows_written,
+            "trace_rows_lost": 0 if self.tracer is None else self.tracer.rows_lost,
             "run_id": self.config.run_id,
             "uptime_s": round((time.time_ns() - self.started_ns) / 1e9, 3),
             "time_ns": time.time_ns(),  # the broker's wall clock (replay's clock offsets)

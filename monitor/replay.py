@@ -51,14 +51,12 @@ from topologies import (
 )
 from topologies.model import Workload
 
-ATTACHED_QUIET_S = 2.5
-"""After the drain, a replay copies the traces of brokers it attached to (they keep
-running, so their files are never closed) once those on this host have not grown for
-this long (a traced broker hands its rows to its writer at least once a second, and the
-writer writes each blob at once; on a busy host the writer lags, and a fixed wait lost
-rows), or after this long for brokers elsewhere."""
 ATTACHED_WAIT_MAX_S = 60.0
-"""The longest a replay waits for attached brokers' trace files to stop growing."""
+"""After the drain, a replay copies the traces of brokers it attached to (they keep
+running, so their files are never closed) once each broker's stats say that its trace
+writer has put every row recorded by then in the file (or counted it lost): at most
+this long (a traced broker hands its rows to its writer at least once a second, and on a
+busy host the writer lags behind)."""
 
 
 @dataclass
@@ -174,7 +172,11 @@ def replay(
             # busy host that takes seconds, and a SIGKILL would lose them.
             codes = procs.stop(timeout=30.0)
         site.gather(error)
+    behind: dict[int, str] = {}
     if attach:
+        behind = await_traces_written(
+            lambda b: _stats(study, creds, b), sorted(attached), ATTACHED_WAIT_MAX_S
+        )
         site.gather_attached(attached, procs)
     failed = {b: c for b, c in codes.items() if c != 0}
     counts = check_deliveries(run_dir, study)
@@ -197,6 +199,9 @@ def replay(
         raise ReplayError(f"{error} (what was recorded is in {run_dir})")
     if failed:
         raise ReplayError(f"brokers exited with errors: {failed} (see {run_dir / 'logs'})")
+    if behind:
+        lag = "; ".join(f"broker {b}: {why}" for b, why in sorted(behind.items()))
+        raise ReplayError(f"traces copied incomplete ({lag}); what they hold is in {run_dir}")
     return result
 
 
@@ -249,19 +254,11 @@ class Site:
                     raise
 
     def gather_attached(self, files: dict[int, str], procs: BrokerProcesses) -> None:
-        """The trace files of brokers a user started, into RUN_DIR/traces, once they
-        have stopped growing (ATTACHED_QUIET_S)."""
+        """The trace files of brokers a user started, into RUN_DIR/traces."""
         dest = self.here_dir / "traces"
-        here = {
-            b: runs_here(procs.host_of(b), self.deployment) or not self.deployment.copy_from
-            for b in files
-        }
-        _await_quiet(
-            [Path(files[b]) for b in files if here[b]], ATTACHED_QUIET_S, ATTACHED_WAIT_MAX_S
-        )
         for broker_id, path in files.items():
             host = procs.host_of(broker_id)
-            if here[broker_id]:
+            if runs_here(host, self.deployment) or not self.deployment.copy_from:
                 source = Path(path)
                 if not source.is_file():
                     raise ReplayError(f"broker {broker_id}: trace file {path} is not readable here")
@@ -277,19 +274,46 @@ class Site:
             shutil.rmtree(folder)
 
 
-def _await_quiet(files: list[Path], quiet_s: float, max_s: float) -> None:
-    """Return once none of `files` has changed size for `quiet_s` seconds (at once after
-    `quiet_s` when there are none), or after `max_s`."""
-    started = time.monotonic()
-    sizes: dict[Path, int] = {}
-    quiet_since = started
-    while time.monotonic() - started < max_s:
-        now = {f: f.stat().st_size if f.is_file() else -1 for f in files}
-        if now != sizes:
-            sizes, quiet_since = now, time.monotonic()
-        elif time.monotonic() - quiet_since >= quiet_s:
-            return
-        time.sleep(0.2)
+def await_traces_written(
+    stats: Callable[[int], dict[str, Any]], brokers: list[int], max_s: float, poll_s: float = 0.2
+) -> dict[int, str]:
+    """Wait until the trace writer of each broker has put in its file, or counted as
+    lost, every row the broker had recorded when first asked (`stats(b)`: broker b's
+    stats). Returns what each broker that did not within `max_s` lacks; ReplayError for
+    a broker whose stats do not say."""
+    recorded = {b: _trace_rows(stats(b), b)[0] for b in brokers}
+    deadline = time.monotonic() + max_s
+    while True:
+        behind: dict[int, str] = {}
+        for b in brokers:
+            _, written, lost = _trace_rows(stats(b), b)
+            if written + lost < recorded[b]:
+                behind[b] = f"{written} of {recorded[b]} rows written, {lost} lost"
+        if not behind or time.monotonic() >= deadline:
+            return behind
+        time.sleep(poll_s)
+
+
+def _trace_rows(stats: dict[str, Any], broker_id: int) -> tuple[int, int, int]:
+    """A broker's trace rows recorded, written and lost, from its stats."""
+    try:
+        return stats["trace_rows"], stats["trace_rows_written"], stats["trace_rows_lost"]
+    except KeyError:
+        raise ReplayError(
+            f"broker {broker_id} does not report how far its trace is written "
+            "(its hop is older than this one): its trace cannot be copied complete"
+        ) from None
+
+
+def _stats(study: CaseStudy, creds: ClientCredentials, broker_id: int) -> dict[str, Any]:
+    """Broker `broker_id`'s stats; ReplayError naming it when it cannot be asked."""
+    host, port = study.topology.address(broker_id)
+    try:
+        return fetch_stats(host, port, secret=creds.secret, ssl_context=creds.ssl_context)
+    except (OSError, ProtocolError) as exc:
+        raise ReplayError(
+            f"broker {broker_id} at {host}:{port}: cannot ask its stats: {exc}"
+        ) from None
 
 
 def _run_or_fail(cmd: list[str], host: HostSpec, what: str) -> None:
@@ -306,9 +330,9 @@ def _attached_traces(study: CaseStudy, creds: ClientCredentials) -> dict[int, st
     """The trace file of every running broker; ReplayError for one not tracing."""
     files = {}
     for broker_id in sorted(study.topology.brokers):
-        host, port = study.topology.address(broker_id)
-        stats = fetch_stats(host, port, secret=creds.secret, ssl_context=creds.ssl_context)
+        stats = _stats(study, creds, broker_id)
         if not stats.get("trace_file"):
+            host, port = study.topology.address(broker_id)
             raise ReplayError(
                 f"broker {broker_id} at {host}:{port} is not tracing: start it with "
                 "hop broker FILE --id N --trace-dir DIR"

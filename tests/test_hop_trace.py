@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from broker.trace.hop_trace import (
     EVENT_FIELDS,
     EVENT_ROW,
     MARK,
+    WRITER_READY,
     HopRecorder,
     _write_all,
 )
@@ -152,6 +154,44 @@ def test_ships_when_full_and_at_close(tmp_path: Path) -> None:
     assert recorder.rows_shipped == 5 and recorder.rows_lost == 0
 
 
+def test_the_writer_reports_the_rows_in_its_file_while_the_broker_runs(tmp_path: Path) -> None:
+    """What the broker's stats say of its trace (`rows_recorded`, `rows_written`): once
+    the writer has caught up, the open file holds every row recorded."""
+    recorder = HopRecorder(tmp_path / "traces", "run", "1", flush_rows=3)
+    code = recorder.outcome_of(())
+    for n in range(5):
+        recorder.add_read(("client:p", n, 1, 10, 0, 0), publish(n), event(n, code), end(1, n + 1))
+    assert (recorder.rows_recorded, recorder.buffered) == (5, 2)
+    recorder.flush()
+    deadline = time.monotonic() + 30
+    while recorder.rows_written < recorder.rows_recorded and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert (recorder.rows_written, recorder.rows_lost) == (5, 0)
+    assert read_table(tmp_path, "hops").table.num_rows == 5  # the file is still open
+    assert recorder.close() == 0
+
+
+def test_a_writer_whose_broker_stopped_listening_still_writes_the_file(tmp_path: Path) -> None:
+    """Its progress lines go nowhere: the file is complete and the exit status 0."""
+    path = tmp_path / "traces" / "hops-broker1-1.arrow"
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "broker.trace.hop_writer", str(path), "run", "1"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert writer.stdout is not None and writer.stdin is not None
+    assert writer.stdout.readline() == WRITER_READY
+    writer.stdout.close()
+    frames = publish(1)
+    meta = marshal.dumps(({}, {1: ()}, [(("client:p", 1, 1, 10, 0, 0), len(frames), 1, end(1, 9))]))
+    rows = event(5, 1)
+    blob = BLOB_HEADER.pack(len(meta), len(rows)) + meta + rows + frames
+    writer.stdin.write(blob * 3)
+    writer.stdin.close()
+    assert writer.wait(60) == 0
+    assert read_table(tmp_path, "hops").table.num_rows == 3
+
+
 def test_a_dead_writer_loses_rows_but_nothing_fails(tmp_path: Path) -> None:
     recorder = HopRecorder(tmp_path / "traces", "run", "1", flush_rows=1)
     code = recorder.outcome_of(())
@@ -161,6 +201,7 @@ def test_a_dead_writer_loses_rows_but_nothing_fails(tmp_path: Path) -> None:
         recorder.add_read(("client:p", n, 1, 10, 0, 0), publish(n), event(n, code), end(1, n + 1))
     assert recorder.close() != 0
     assert recorder.rows_lost == 3 and recorder.rows_shipped == 0
+    assert (recorder.rows_recorded, recorder.rows_written) == (3, 0)
 
 
 def test_blobs_over_the_queue_budget_are_lost_and_counted(tmp_path: Path) -> None:

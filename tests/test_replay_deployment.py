@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -16,8 +15,9 @@ import pytest
 
 from hop.command import HOP, stop, wait_ready
 from monitor.characterize import characterize
+from monitor.errors import ReplayError
 from monitor.placement import client_processes
-from monitor.replay import _await_quiet
+from monitor.replay import await_traces_written
 from tests.test_replay import small_study
 from topologies import Deployment, HostSpec, ProcessSpec, load_case_study
 from topologies.generators import to_toml
@@ -118,27 +118,35 @@ def test_attach_drives_and_gathers_brokers_started_beforehand(tmp_path: Path) ->
     assert sorted(char.brokers, key=int) == [str(b) for b in sorted(study.topology.brokers)]
 
 
-def test_attached_traces_are_copied_once_they_stop_growing(tmp_path: Path) -> None:
-    """A writer still appending (as a lagging trace writer does) is waited for: the
-    wait ends only after its last write, and a quiet file is waited on no longer than
-    the quiet time."""
-    trace = tmp_path / "hops.arrow"
-    trace.write_bytes(b"")
+def test_attached_traces_are_copied_once_their_writers_caught_up() -> None:
+    """The wait ends when every row a broker had recorded when first asked is written
+    or lost (rows recorded after do not hold it up), and reports a writer that fell
+    behind."""
+    written = {1: [0, 40, 90, 100], 2: [0, 0, 60, 70]}
+    lost = {1: 0, 2: 30}
+    asked: list[int] = []
 
-    def append() -> None:
-        for _ in range(20):
-            time.sleep(0.1)
-            with trace.open("ab") as f:
-                f.write(b"rows")
+    def stats(broker: int) -> dict[str, int]:
+        asked.append(broker)
+        answer = asked.count(broker) - 1
+        return {
+            "trace_rows": 100 + 5 * answer,  # it keeps recording while asked
+            "trace_rows_written": written[broker][min(answer, 3)],
+            "trace_rows_lost": lost[broker],
+        }
 
-    writer = threading.Thread(target=append)
-    writer.start()
-    _await_quiet([trace], quiet_s=1.0, max_s=30.0)
-    assert trace.stat().st_size == 80  # every write landed before the wait ended
-    writer.join()
-    started = time.monotonic()
-    _await_quiet([trace], quiet_s=0.5, max_s=30.0)
-    assert time.monotonic() - started < 5
+    assert await_traces_written(stats, [1, 2], max_s=5.0, poll_s=0.01) == {}
+    assert asked == [1, 2] * 4  # both caught up at their fourth answer, not before
+
+    stuck = await_traces_written(
+        lambda b: {"trace_rows": 50, "trace_rows_written": 20, "trace_rows_lost": 5},
+        [3],
+        max_s=0.2,
+        poll_s=0.01,
+    )
+    assert stuck == {3: "20 of 50 rows written, 5 lost"}
+    with pytest.raises(ReplayError, match="broker 4 does not report how far its trace"):
+        await_traces_written(lambda b: {"trace_file": "x"}, [4], max_s=1.0)
 
 
 @pytest.mark.needs("procfs")

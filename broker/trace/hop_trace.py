@@ -43,6 +43,8 @@ broker is killed (losing only what the broker had not shipped).
 
 If the writer falls behind by more than `queue_bytes` of blobs, or is gone, blobs are
 dropped and counted (`rows_lost`, logged once): the broker keeps routing either way.
+The writer reports the rows in its file after each blob (`rows_written`), so the
+broker's stats tell when every row recorded by then is in the file (`rows_recorded`).
 """
 
 from __future__ import annotations
@@ -97,6 +99,8 @@ READ_FIELDS = (
 
 PIPE_BYTES = 1 << 20  # the default limit of a pipe's size on Linux
 WRITER_READY = b"ready\n"  # what the writer prints once it can take blobs
+WRITER_WROTE = "{}\n"
+"""What the writer prints after each blob it has written: the rows in its file so far."""
 WRITER_START_S = 60.0
 
 BLOB_HEADER = struct.Struct(">II")
@@ -139,6 +143,8 @@ class HopRecorder:
         self.queue_bytes = queue_bytes
         self.rows_shipped = 0  # handed to the writer process
         self.rows_lost = 0  # dropped: the writer was too slow or gone
+        self.rows_written = 0  # in the file, as the writer process last reported
+        self._rows_flushed = 0  # handed over or lost, by `flush`
         #: outcome code of each tuple of link ids an event was sent to (codes from 1)
         self.outcomes: dict[tuple[str, ...], int] = {}
         self._names: dict[str, tuple[str, str]] = {}  # links named since the last blob
@@ -166,6 +172,14 @@ class HopRecorder:
     def buffered(self) -> int:
         """Rows not shipped yet."""
         return self._row_bytes // EVENT_ROW.size
+
+    @property
+    def rows_recorded(self) -> int:
+        """Every row recorded so far. Each ends up written or lost: once
+        `rows_written + rows_lost` reaches this, the file holds all of them that it ever
+        will (a broker that keeps running, and whose file is never closed, is copied
+        then)."""
+        return self._rows_flushed + self.buffered
 
     def name_link(self, link_id: str, node: str, kind: str) -> None:
         """How the `to_nodes` (kind "broker") or `delivered_to` (other kinds) column
@@ -204,6 +218,7 @@ class HopRecorder:
         if not self._row_bytes and not self._names:
             return
         rows = self.buffered
+        self._rows_flushed += rows
         meta = marshal.dumps((self._names, self._new_outcomes, self._reads))
         header = BLOB_HEADER.pack(len(meta), self._row_bytes)
         blob = [header, meta, *self._rows, *self._frames]
@@ -256,10 +271,23 @@ class HopRecorder:
         assert out is not None
         ready, _, _ = select.select([out], [], [], timeout_s)
         line = out.readline() if ready else b""
+        if line == WRITER_READY:
+            threading.Thread(
+                target=self._count_written, name="hop-trace-written", daemon=True
+            ).start()
+            return
         out.close()
-        if line != WRITER_READY:
-            with contextlib.suppress(ValueError, OSError):
-                log.error("trace_writer_not_ready", path=str(self.path), pid=self._writer.pid)
+        with contextlib.suppress(ValueError, OSError):
+            log.error("trace_writer_not_ready", path=str(self.path), pid=self._writer.pid)
+
+    def _count_written(self) -> None:
+        """The thread that keeps `rows_written` as the writer reports it, until the
+        writer ends."""
+        out = self._writer.stdout
+        assert out is not None
+        with out:
+            for line in out:
+                self.rows_written = int(line)
 
     def _ship(self) -> None:
         """The thread that writes blobs to the writer process (pipe writes release the

@@ -3,7 +3,10 @@
 ``python -m broker.trace.hop_writer PATH RUN_ID BROKER`` reads blobs from stdin until it
 ends (their layout: `broker.trace.hop_trace.BLOB_HEADER`) and writes each as one record
 batch of `broker.trace.schema.HOPS` to PATH, flushed at once. It ignores SIGINT and SIGTERM:
-the broker's end (clean or not) ends its input, and it then closes the file.
+the broker's end (clean or not) ends its input, and it then closes the file. On stdout it
+prints `WRITER_READY` once it can take blobs, then after each blob the number of rows
+in the file so far (`WRITER_WROTE`), from which the broker tells anyone asking how far
+its trace has been written.
 
 Each row is built from four sources:
 
@@ -54,6 +57,7 @@ from broker.trace.hop_trace import (
     READ_FIELDS,
     WIDTH,
     WRITER_READY,
+    WRITER_WROTE,
 )
 from broker.trace.schema import HOPS
 
@@ -366,9 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     _without_pandas()
     _yield_cpu()
     writer = TraceWriter(args.path, HOPS, constants={"run_id": args.run_id, "broker": args.broker})
-    sys.stdout.buffer.write(WRITER_READY)
-    sys.stdout.buffer.flush()
+    report = _Progress(sys.stdout.buffer)
+    report.say(WRITER_READY)
     links = Links()
+    written = 0
     try:
         for blob in read_blobs(sys.stdin.buffer):
             links.update(blob.names, blob.outcomes)
@@ -377,9 +382,28 @@ def main(argv: list[str] | None = None) -> int:
                     links, blob.reads, blob.rows, blob.frames, args.run_id, args.broker
                 )
                 writer.write_batch(batch)
+                written += batch.num_rows
+            report.say(WRITER_WROTE.format(written).encode())
     finally:
         writer.close()
     return 0
+
+
+class _Progress:
+    """Lines to the broker on stdout; once the broker is gone (a broken pipe) the
+    writer goes on writing the file in silence."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out: BinaryIO | None = out
+
+    def say(self, line: bytes) -> None:
+        if self.out is None:
+            return
+        try:
+            self.out.write(line)
+            self.out.flush()
+        except OSError:  # BrokenPipeError: nobody reads any more
+            self.out = None
 
 
 if __name__ == "__main__":
