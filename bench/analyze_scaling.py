@@ -287,6 +287,13 @@ def main(argv: list[str] | None = None) -> int:
         "--workdir", type=Path, help="where to write the runs (default: a temp dir)"
     )
     parser.add_argument("--master", help="Spark master (default: local[*])")
+    parser.add_argument(
+        "--warmup-rows",
+        type=int,
+        default=100_000,
+        help="hop rows of the first analysis, which warms the JVM up (default: 100000)",
+    )
+    parser.add_argument("--java-options", default="", help="for the driver JVM (see monitor.spark)")
     parser.add_argument("--out", type=Path, help="result JSON (default: bench/results/)")
     args = parser.parse_args(argv)
     unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
@@ -296,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
 
     workdir = Path(tempfile.mkdtemp(prefix="analyze-scaling-", dir=args.workdir))
     start = time.perf_counter()
-    spark = spark_session(args.master)
+    spark = spark_session(args.master, java_options=args.java_options)
     startup_s = time.perf_counter() - start
     jvm = spark.sparkContext._jvm
     assert jvm is not None  # set while a SparkContext is running, as spark_session's is
@@ -306,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         # The first analysis in a JVM pays for class loading and JIT compilation; a
         # small run first keeps that out of the sizes compared.
         warmup = workdir / "warmup"
-        synthetic_run(warmup, 100_000)
+        synthetic_run(warmup, args.warmup_rows)
         start = time.perf_counter()
         analyze(warmup, spark=spark)
         warmup_s = time.perf_counter() - start
@@ -349,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "spark_master": args.master or "local[*]",
         "spark_startup_s": round(startup_s, 2),
-        "warmup_analysis_s": round(warmup_s, 2),  # 100k hop rows, before the runs
+        "warmup_analysis_s": round(warmup_s, 2),  # the first analysis, before the runs
+        "warmup_rows": args.warmup_rows,
+        "java_options": args.java_options,
         "runs": runs,
         "growth_vs_linear": round(growth, 3),  # <= 1: no worse than linear
         "cpu_growth_vs_linear": round(cpu_growth, 3),
