@@ -25,18 +25,18 @@ from broker.local_network import REPO
 
 SETTINGS = {"default": "", "c1-only": "-XX:TieredStopAtLevel=1"}
 FIRST_ROWS = 2_000
-"""Hop rows of the first (cold) analysis: a short replay's worth (the tests' seven-broker
-study writes about 700)."""
+"""Hop rows of the first (cold) analysis by default: a short replay's worth (the tests'
+seven-broker study writes about 700)."""
 
 
 def measures(result: dict[str, Any]) -> dict[str, float]:
     """What one `bench.analyze_scaling` result says, by name: the session's start, the
-    cold analysis of the small run, both together (what `hop analyze` of a short run
-    costs), and each size's warm analysis (wall and CPU seconds)."""
+    cold first analysis, both together (what `hop analyze` of a run that size costs),
+    and each size's warm analysis (wall and CPU seconds)."""
     out = {
         "start_s": result["spark_startup_s"],
-        "cold_small_s": result["warmup_analysis_s"],
-        "start_and_cold_small_s": result["spark_startup_s"] + result["warmup_analysis_s"],
+        "cold_first_s": result["warmup_analysis_s"],
+        "start_and_cold_first_s": round(result["spark_startup_s"] + result["warmup_analysis_s"], 2),
     }
     for run in result["runs"]:
         out[f"warm_{run['hop_rows']}_rows_s"] = run["analyze_s"]
@@ -70,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 16_000_000])
+    parser.add_argument(
+        "--first-rows",
+        type=int,
+        default=FIRST_ROWS,
+        help=f"hop rows of the cold analysis (default: {FIRST_ROWS})",
+    )
     parser.add_argument("--out", type=Path, help="result JSON (default: bench/results/)")
     args = parser.parse_args(argv)
     rounds: list[dict[str, dict[str, float]]] = [{} for _ in range(args.rounds)]
@@ -81,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 "bench.analyze_scaling",
                 [
                     "--sizes", *map(str, args.sizes),
-                    "--warmup-rows", str(FIRST_ROWS),
+                    "--warmup-rows", str(args.first_rows),
                     f"--java-options={SETTINGS[setting]}",
                 ],
                 Path(tmp) / f"{n}-{setting}.json",
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     compared = compare(rounds)
     path = write_result(
         "analyze_jit",
-        {"settings": SETTINGS, "first_rows": FIRST_ROWS, "runs": runs, "compared": compared},
+        {"settings": SETTINGS, "first_rows": args.first_rows, "runs": runs, "compared": compared},
         args.out,
     )
     for name, c in compared.items():
