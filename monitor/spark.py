@@ -23,6 +23,13 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 SHUFFLE_PARTITIONS = 4
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+"""The driver JVM compiles with C1 only: it starts working sooner, and its code stays
+slower than C2's once warm."""
+C1_UP_TO_HOP_ROWS = 2_000_000
+"""An analysis of at most this many hop rows runs on a C1-only JVM (`jit_options`):
+the largest size at which C1 only was measured the faster from a cold start (0.84 of
+the default's time at 2 M rows, 1.08 at 4 M)."""
 DRIVER_MEMORY = "3g"  # local mode: the driver JVM also runs the tasks
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -62,9 +69,9 @@ def spark_session(
 ) -> SparkSession:
     """A new (or the running) Spark session; `master` defaults to `local[*]`.
 
-    `java_options` go to the driver JVM (tests use `-XX:TieredStopAtLevel=1`: on tiny
-    data a JVM that only compiles quickly finishes sooner). Under spark-submit, whose
-    JVM already runs, they and `master` are the submitter's business.
+    `java_options` go to the driver JVM (`jit_options` chooses its JIT by the size of
+    the analysis). Under spark-submit, whose JVM already runs, they and `master` are the
+    submitter's business.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     submitted = under_spark_submit()
@@ -98,6 +105,23 @@ def spark_session(
         )
         # log4j reads its file once, when the JVM starts
         return SparkSession.builder.config(conf=conf).getOrCreate()
+
+
+def jit_options(hop_rows: int) -> str:
+    """The driver JVM's options for an analysis of `hop_rows` hop rows: C1 only up to
+    `C1_UP_TO_HOP_ROWS`, the JVM's default tiered JIT above.
+
+    Most of a short run's analysis is Spark's fixed costs in a cold JVM (planning,
+    generating and loading code), which C1 alone gets through sooner; a long run's is
+    its rows, where C2's code is faster (`python -m bench.analyze_jit`,
+    docs/performance.md)."""
+    return C1_ONLY if hop_rows <= C1_UP_TO_HOP_ROWS else ""
+
+
+def session_jit(spark: SparkSession) -> str:
+    """Which JIT a session's driver JVM was started with: "c1-only" or "tiered"."""
+    options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", "") or ""
+    return "c1-only" if C1_ONLY in options.split() else "tiered"
 
 
 def _submitted_conf() -> SparkConf:

@@ -77,6 +77,16 @@ def read_file(path: Path, table: str) -> tuple[list[pa.RecordBatch], str | None]
             return batches, f"{path.name}: truncated after {rows} rows ({exc}); rows kept"
 
 
+def count_rows(run_dir: Path, table: str) -> int:
+    """The rows of `table` in RUN_DIR/traces/ that `read_table` would read (the files
+    are memory-mapped: only the batches' headers are read)."""
+    return sum(
+        batch.num_rows
+        for path in trace_files(run_dir, table)
+        for batch in read_file(path, table)[0]
+    )
+
+
 def read_table(run_dir: Path, table: str) -> TraceRead:
     """All rows of `table` (hops, deliveries, publications) in RUN_DIR/traces/."""
     if table not in SCHEMAS:

@@ -218,7 +218,8 @@ def validate(
     from monitor.predict import predict
     from monitor.replay import replay
     from monitor.report import render
-    from monitor.spark import spark_session
+    from monitor.spark import jit_options, spark_session
+    from monitor.traces import count_rows
 
     carry = len(set(calibration_fractions)) > 1
     started = time.monotonic()
@@ -258,9 +259,11 @@ def validate(
         )
         + "\n"
     )
-    spark = spark_session(master)
+    analysed = [run_dir / reps[0].calibrations[0], run_dir / reps[0].measurement]
+    largest = max(count_rows(folder, "hops") for folder in analysed)
+    spark = spark_session(master, java_options=jit_options(largest))
     step("analysing the calibration run")
-    analyze(run_dir / reps[0].calibrations[0], master=master, spark=spark)
+    analyze(analysed[0], master=master, spark=spark)
     for r, rep in enumerate(reps, start=1):
         step(f"predicting the target workload (repetition {r})")
         predict(
@@ -272,7 +275,7 @@ def validate(
             max_wall_s=sim_seconds,
         )
     step("analysing the measurement run")
-    analyze(run_dir / reps[0].measurement, master=master, spark=spark)
+    analyze(analysed[1], master=master, spark=spark)
     step("writing the report")
     report_html, _, summary = render(run_dir)
     return ValidationResult(run_dir, report_html, summary, time.monotonic() - started)

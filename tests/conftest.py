@@ -58,13 +58,13 @@ settings.load_profile(hypothesis_profile(os.environ))
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    from monitor.spark import spark_session
+    from monitor.spark import C1_ONLY, spark_session
 
     session = spark_session(
         "local[2]",
         app_name="hop-tests",
         shuffle_partitions=2,
-        java_options="-XX:TieredStopAtLevel=1",  # tiny data: compile quickly, not well
+        java_options=C1_ONLY,  # tiny data: compile quickly, not well (monitor.spark)
     )
     yield session
     session.stop()

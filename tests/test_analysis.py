@@ -28,6 +28,7 @@ import pytest
 from broker.local_network import REPO
 from broker.trace.schema import DELIVERIES, HOPS, PUBLICATIONS
 from monitor.analysis import analyze, main
+from monitor.spark import C1_ONLY, C1_UP_TO_HOP_ROWS, jit_options
 from monitor.traces import TraceError, read_table
 from tests.test_replay import run_replay, small_study
 
@@ -590,5 +591,11 @@ def test_spark_submit_to_a_standalone_cluster_matches_local_mode(
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((clustered / "analysis" / "summary.json").read_text())
     assert summary["spark_master"] == standalone_cluster
+    assert summary["spark_jit"] == "c1-only"  # the submitter's JVM options, read back
     assert summary["tables"] == hand_analysis["tables"]
     assert_same_outputs(local, clustered)
+
+
+def test_a_short_run_is_analysed_on_a_c1_only_jvm_a_long_one_on_the_default() -> None:
+    assert jit_options(0) == jit_options(C1_UP_TO_HOP_ROWS) == C1_ONLY
+    assert jit_options(C1_UP_TO_HOP_ROWS + 1) == jit_options(16_000_000) == ""

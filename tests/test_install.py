@@ -12,6 +12,7 @@ third-party import is a declared dependency is checked apart, from the sources.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shutil
@@ -225,4 +226,6 @@ def test_the_installed_hop_runs_the_pipeline_from_outside_the_checkout(
         # Spark's start-up chatter stays out of a user's terminal (monitor.spark).
         assert "log level" not in done.stderr, done.stderr[-3000:]
     assert (work / "run" / "report.html").stat().st_size > 0
+    summary = json.loads((work / "run" / "analysis" / "summary.json").read_text())
+    assert summary["spark_jit"] == "c1-only"  # a short run's analysis (monitor.spark)
     assert (work / "run" / "analysis" / "predictions.parquet").exists()

@@ -18,7 +18,7 @@ import client
 from broker.local_network import REPO, Network, free_base_port
 from broker.trace.schema import HOPS
 from monitor.characterize import characterize
-from monitor.traces import TraceError, read_table
+from monitor.traces import TraceError, count_rows, read_table
 from monitor.tracing import attributes_from_json
 from routing import parse_filter
 from topologies import CaseStudy, Deployment, load_case_study, publisher_name, subscriber_name
@@ -186,9 +186,12 @@ def test_truncated_and_foreign_traces(tmp_path: Path) -> None:
         writer.write_batch(batch)
     data = sink.getvalue().to_pybytes()
     (traces / "hops-broker1-1.arrow").write_bytes(data[: len(data) - 40])  # cut mid-batch
+    (traces / "hops-broker3-1.arrow").write_bytes(data)
     read = read_table(tmp_path, "hops")
-    assert read.table.num_rows == 10
+    assert read.table.num_rows == 30
     assert "truncated after 10 rows" in read.problems[0]
+    assert count_rows(tmp_path, "hops") == 30
+    assert count_rows(tmp_path, "deliveries") == 0
 
     other = HOPS.with_metadata({b"hop.trace.version": b"0", b"hop.trace.table": b"hops"})
     with pa.ipc.new_stream(str(traces / "hops-broker2-1.arrow"), other) as writer:

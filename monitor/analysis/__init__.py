@@ -59,7 +59,7 @@ from monitor.analysis import queries
 from monitor.analysis.staging import stage_traces
 from monitor.analysis.visits import ClassRouting, solve_visit_ratios
 from monitor.analysis.window import WINDOWS, Window, run_window
-from monitor.spark import spark_session
+from monitor.spark import jit_options, session_jit, spark_session
 from monitor.traces import TraceError
 
 __all__ = ["TOLERANCE", "TraceError", "analyze", "main"]
@@ -100,7 +100,7 @@ def analyze(
     timings = {"stage_s": round(time.perf_counter() - started, 3)}
     say(f"staged {staged.rows['hops']} hop rows as Parquet ({timings['stage_s']} s)")
     own_session = spark is None
-    spark = spark or spark_session(master)
+    spark = spark or spark_session(master, java_options=jit_options(staged.rows["hops"]))
     cached: list[DataFrame] = []
     try:
         t = time.perf_counter()
@@ -115,6 +115,7 @@ def analyze(
             timings[f"{name}_s"] = round(time.perf_counter() - t, 3)
             say(f"wrote {name}.parquet ({timings[f'{name}_s']} s)")
         master_url = spark.sparkContext.master
+        jit = session_jit(spark)
     finally:
         for df in cached:
             df.unpersist()
@@ -130,6 +131,7 @@ def analyze(
         "run_dir": str(run_dir),
         "outputs": str(out),
         "spark_master": master_url,
+        "spark_jit": jit,  # the driver JVM's: "c1-only" or "tiered" (monitor.spark)
         "window": {
             "name": span.name,
             "start_ns": span.start_ns,
