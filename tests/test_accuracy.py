@@ -38,6 +38,7 @@ from monitor.report import (
     simulation_rows,
     summary_sentence,
 )
+from monitor.spark import C1_ONLY
 from monitor.validate import (
     QUICK,
     SIMULATION_S,
@@ -103,6 +104,10 @@ class Recorder:
         self.lengths: list[tuple[float, float | None]] = []  # each replay's duration and warm-up
         self.disturbed_left = disturbed_first
         self.sim_seconds: list[float] = []  # each prediction's limit for the simulation
+        self.java_options: list[str] = []  # of each Spark session started
+
+    def spark_session(self, master: str | None = None, java_options: str = "") -> None:
+        self.java_options.append(java_options)
 
     def replay(self, study: Path, run_dir: Path, rate_scale: float = 1.0, **kw: Any) -> None:
         self.calls.append(("replay", (run_dir.name, round(rate_scale, 6), kw["duration_s"])))
@@ -132,7 +137,7 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     monkeypatch.setattr(monitor.analysis, "analyze", rec.analyze)
     monkeypatch.setattr(monitor.predict, "predict", rec.predict)
     monkeypatch.setattr(monitor.report, "render", rec.render)
-    monkeypatch.setattr(monitor.spark, "spark_session", lambda master=None: None)
+    monkeypatch.setattr(monitor.spark, "spark_session", rec.spark_session)
     return rec
 
 
@@ -159,6 +164,7 @@ def test_validate_runs_calibrations_and_measurements_in_alternation(
         ("calibration-r2", ["calibration-0.6-1-r2"], pytest.approx(1 / 0.3)),
     ]
     assert [a for n, a in recorder.calls if n == "analyze"] == ["calibration", "measurement"]
+    assert recorder.java_options == [C1_ONLY]  # one session, for runs without hop rows
     record = json.loads((tmp_path / "validation.json").read_text())
     assert record["repetitions"] == [
         {"calibrations": ["calibration", "calibration-0.6-1"], "measurement": "measurement"},
