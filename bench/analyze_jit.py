@@ -22,8 +22,9 @@ from typing import Any
 
 from bench.common import alternating, median, p_text, run_from, sign_test_p, write_result
 from broker.local_network import REPO
+from monitor.spark import C1_ONLY
 
-SETTINGS = {"default": "", "c1-only": "-XX:TieredStopAtLevel=1"}
+SETTINGS = {"default": "", "c1-only": C1_ONLY}
 FIRST_ROWS = 2_000
 """Hop rows of the first (cold) analysis by default: a short replay's worth (the tests'
 seven-broker study writes about 700)."""
