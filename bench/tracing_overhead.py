@@ -18,7 +18,7 @@ byte sent to last frame received) and the broker process's CPU time per event (i
 CPU clock); per round, the CPU time per event of the traced broker's writer
 process (`broker.trace.hop_writer`, at the lowest CPU priority). Target:
 tracing costs at most 5 % of the broker's throughput.
-Run: ``python -m bench.tracing_overhead [--quick]``.
+Run: ``python -m bench.tracing_overhead [--quick] [--out FILE]``.
 """
 
 from __future__ import annotations
@@ -294,11 +294,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=50_000, help="events per segment")
     parser.add_argument("--rounds", type=int, default=8, help="fresh pairs of brokers")
     parser.add_argument("--pairs", type=int, default=12, help="pairs of segments per round")
+    parser.add_argument("--out", type=Path, help="result file (default bench/results/...)")
     args = parser.parse_args(argv)
     unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
     shape = (20_000, 2, 4) if args.quick else (args.events, args.rounds, args.pairs)
     result = run(*shape)
-    print(write_result("tracing_overhead", result))
+    print(write_result("tracing_overhead", result, args.out))
     low, high = result["throughput_ratio_ci95"]
     print(
         f"tracing on/off (median of {result['pairs']} paired ratios): throughput "

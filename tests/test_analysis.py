@@ -28,7 +28,7 @@ import pytest
 from broker.local_network import REPO
 from broker.trace.schema import DELIVERIES, HOPS, PUBLICATIONS
 from monitor.analysis import analyze, main
-from monitor.spark import C1_ONLY, C1_UP_TO_HOP_ROWS, jit_options
+from monitor.spark import C1_ONLY, C1_UP_TO_HOP_ROWS, jit_options, session_jit
 from monitor.traces import TraceError, read_table
 from tests.test_replay import run_replay, small_study
 
@@ -572,7 +572,7 @@ def test_spark_submit_to_a_standalone_cluster_matches_local_mode(
     import pyspark
 
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    quick_jit = "-XX:TieredStopAtLevel=1"  # tiny data: compile quickly, not well
+    quick_jit = C1_ONLY  # tiny data: compile quickly, not well
     result = subprocess.run(
         [
             str(submit),
@@ -599,3 +599,35 @@ def test_spark_submit_to_a_standalone_cluster_matches_local_mode(
 def test_a_short_run_is_analysed_on_a_c1_only_jvm_a_long_one_on_the_default() -> None:
     assert jit_options(0) == jit_options(C1_UP_TO_HOP_ROWS) == C1_ONLY
     assert jit_options(C1_UP_TO_HOP_ROWS + 1) == jit_options(16_000_000) == ""
+
+
+class _SessionWithOptions:
+    """What `session_jit` reads of a session: its context's configuration."""
+
+    def __init__(self, driver_options: str | None) -> None:
+        conf = {} if driver_options is None else {"spark.driver.extraJavaOptions": driver_options}
+        self.sparkContext = self
+        self._conf = conf
+
+    def getConf(self) -> _SessionWithOptions:  # noqa: N802 (PySpark's name)
+        return self
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self._conf.get(key, default)
+
+
+@pytest.mark.parametrize(
+    ("driver_options", "jit"),
+    [
+        (None, "tiered"),
+        ("", "tiered"),
+        ("-Xss4m", "tiered"),
+        ("-XX:TieredStopAtLevel=4", "tiered"),
+        (C1_ONLY, "c1-only"),
+        (f"-Xss4m {C1_ONLY} -Dx=y", "c1-only"),
+    ],
+)
+def test_the_summary_names_the_jit_the_driver_was_started_with(
+    driver_options: str | None, jit: str
+) -> None:
+    assert session_jit(_SessionWithOptions(driver_options)) == jit  # type: ignore[arg-type]
