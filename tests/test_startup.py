@@ -74,10 +74,9 @@ def test_the_trace_writer_writes_without_pandas(tmp_path: Path) -> None:
     out = _run(
         "import sys\n"
         "from pathlib import Path\n"
-        "from broker.trace.hop_writer import _without_pandas\n"
-        "from broker.trace.arrow_writer import TraceWriter\n"
+        "from broker.trace.arrow_writer import TraceWriter, without_pandas\n"
         "from broker.trace.schema import HOPS\n"
-        "_without_pandas()\n"
+        "without_pandas()\n"
         f"writer = TraceWriter(Path({str(path)!r}), HOPS, {{'run_id': 'r', 'broker': '1'}})\n"
         "writer.close()\n"
         "print('pandas' in sys.modules)\n"
@@ -86,8 +85,29 @@ def test_the_trace_writer_writes_without_pandas(tmp_path: Path) -> None:
         "except ModuleNotFoundError as exc:\n"
         "    print(exc)\n"
     )
-    assert out.splitlines() == ["False", "the trace writer does without pandas"]
+    assert out.splitlines() == ["False", "this process writes traces without pandas"]
     assert pa.ipc.open_stream(path).read_all().schema.names[:2] == ["run_id", "event_id"]
+
+
+def test_a_replays_client_process_writes_its_traces_without_pandas(tmp_path: Path) -> None:
+    """`python -m monitor.driver` (a replay starts one per client, 24 for the 15-broker
+    case study, all at once): its `main`, here with its input at an end before any plan,
+    leaves pandas unimportable, and its trace writers start without it."""
+    code = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "os.dup2(os.open(os.devnull, os.O_RDONLY), 0)\n"
+        "import monitor.driver\n"
+        "from monitor.tracing import ClientRecorder\n"
+        "print(monitor.driver.main())\n"
+        f"recorder = ClientRecorder(Path({str(tmp_path)!r}), 'r', 'pub1')\n"
+        "print('pandas' in sys.modules)\n"
+        "try:\n"
+        "    import pandas\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    print(exc)\n"
+    )
+    assert _run(code).splitlines() == ["0", "False", "this process writes traces without pandas"]
 
 
 @pytest.mark.parametrize(

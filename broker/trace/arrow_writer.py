@@ -12,6 +12,8 @@ the broker) are not passed per row: they are filled in when a batch is built.
 
 from __future__ import annotations
 
+import importlib.abc
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +23,27 @@ import numpy as np
 import pyarrow as pa
 
 _NUMPY_TYPES = {pa.int64(): np.int64, pa.int32(): np.int32}
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """An import finder that refuses pandas (`without_pandas`)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name.partition(".")[0] == "pandas":
+            raise ModuleNotFoundError("this process writes traces without pandas", name=name)
+        return None
+
+
+def without_pandas() -> None:
+    """Make pandas unimportable in this process, for a process whose use of pyarrow is
+    writing traces (a broker's trace writer, a replay's client process). pyarrow
+    imports pandas, when it is installed, at its first conversion of any value (to
+    recognise pandas objects): about 0.55 s of CPU per process, paid by each of the
+    many such processes a replay starts at once on a few cores. pyarrow does without
+    it. (A None in `sys.modules` does not do: pyarrow's compiled import takes the None
+    for pandas.)"""
+    if "pandas" not in sys.modules:
+        sys.meta_path.insert(0, _NoPandas())
 
 
 class TraceWriter:
@@ -49,8 +72,8 @@ class TraceWriter:
         self._sink = pa.OSFile(str(path), "wb")
         self._writer: pa.RecordBatchStreamWriter | None = pa.ipc.new_stream(self._sink, schema)
         # pyarrow initialises its conversions on first use (~0.5 s here, most of it
-        # importing pandas when it is installed and not refused as `broker.trace.hop_writer`
-        # does): pay that now, not in the middle of a measurement.
+        # importing pandas when it is installed and not refused by `without_pandas`):
+        # pay that now, not in the middle of a measurement.
         self._batch([])
         self._deadline = time.monotonic() + flush_interval_s
 

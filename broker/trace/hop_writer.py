@@ -32,7 +32,6 @@ event by event.
 from __future__ import annotations
 
 import argparse
-import importlib.abc
 import marshal
 import os
 import signal
@@ -47,7 +46,7 @@ import pyarrow as pa
 from broker.messages import publish_summary
 from broker.protocol import ProtocolError, frame_starts
 from broker.publish_fields import publish_fields
-from broker.trace.arrow_writer import TraceWriter
+from broker.trace.arrow_writer import TraceWriter, without_pandas
 from broker.trace.hop_trace import (
     BLOB_HEADER,
     BLOCKED,
@@ -60,25 +59,6 @@ from broker.trace.hop_trace import (
     WRITER_WROTE,
 )
 from broker.trace.schema import HOPS
-
-
-class _NoPandas(importlib.abc.MetaPathFinder):
-    """An import finder that refuses pandas (`_without_pandas`)."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name.partition(".")[0] == "pandas":
-            raise ModuleNotFoundError("the trace writer does without pandas", name=name)
-        return None
-
-
-def _without_pandas() -> None:
-    """Make pandas unimportable in this process. pyarrow imports pandas, when it is
-    installed, at its first conversion of any value (to recognise pandas objects): 0.35
-    of the 0.6 s this process took to start, and a traced broker waits for its writer
-    before it listens. Nothing here uses pandas, and pyarrow does without it. (A None in
-    `sys.modules` does not do: pyarrow's compiled import takes the None for pandas.)"""
-    if "pandas" not in sys.modules:
-        sys.meta_path.insert(0, _NoPandas())
 
 
 def _yield_cpu() -> None:
@@ -367,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _without_pandas()
+    without_pandas()
     _yield_cpu()
     writer = TraceWriter(args.path, HOPS, constants={"run_id": args.run_id, "broker": args.broker})
     report = _Progress(sys.stdout.buffer)
