@@ -97,10 +97,10 @@ def compare(ours: list[dict[str, Any]], against: list[dict[str, Any]]) -> dict[s
         paired = paired_ratios(ours, against, _measure(key))
         lower = sum(p < 1 for p in paired)
         out[key] = {
-            "median": median([r[key] for r in ours]),
-            "median_against": median([r[key] for r in against]),
+            "median": round(median([r[key] for r in ours]), 2),
+            "median_against": round(median([r[key] for r in against]), 2),
             "paired": paired,
-            "paired_median": median(paired),
+            "paired_median": round(median(paired), 3),
             "paired_range": [min(paired), max(paired)],
             "lower_in": lower,
             "sign_test_p": sign_test_p(lower, len(paired)),
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"round {index + 1} {side}: {run['wall_s']} s wall, {run['cpu_s']} s CPU",
                   flush=True)  # fmt: skip
     result: dict[str, Any] = {**setting, "rounds": args.rounds, "runs": runs["ours"]}
-    result.update({f"median_{k}": median([r[k] for r in runs["ours"]]) for k in MEASURES})
+    result.update({f"median_{k}": round(median([r[k] for r in runs["ours"]]), 2) for k in MEASURES})
     if args.against:
         result.update(against=short, runs_against=runs["against"])
         result["paired"] = compare(runs["ours"], runs["against"])
