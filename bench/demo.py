@@ -36,14 +36,17 @@ STEPS = ("setup", "demo")
 TAIL_LINES = 3
 """Lines kept from the end of the demo's output: its report path and accuracy sentence."""
 STEP_TIMEOUT_S = 1800.0
+_NOT_INHERITED = ("VIRTUAL_ENV", "PYTHONPATH", "MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")
 
 
 def run_step(target: str, clone: Path, log: Path) -> float:
     """``make TARGET`` in ``clone``, its output appended to ``log``; its wall seconds.
     RuntimeError naming the target and ending with the log's last lines if it fails
     or outlasts `STEP_TIMEOUT_S`. Its processes are a session of their own, stopped
-    together (by the session's id) if this one is interrupted."""
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    together (by the session's id) if this one is interrupted. It runs as a newcomer's
+    would, at the top level: without this process's virtual environment, Python path
+    or the variables of a make it may run under."""
+    env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
     start = time.monotonic()
     with log.open("a") as out:
         proc = subprocess.Popen(
