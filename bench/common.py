@@ -167,27 +167,38 @@ def paired_ratios(
     return [round(a[rep] / b[rep], 3) for rep in sorted(a.keys() & b.keys()) if b[rep]]
 
 
-def paired_cost(
+def paired_summary(
     ours: list[dict[str, Any]],
     theirs: list[dict[str, Any]],
     value: Callable[[dict[str, Any]], float | None],
-) -> dict[str, Any] | None:
-    """A cost per event (lower is better) of this checkout's runs against another's,
-    run by run: each side's values and medians, this side's over the other's per pair
+) -> dict[str, Any]:
+    """A measure (lower is better) of this checkout's runs against another's, every run
+    having it: each side's median, this side's over the other's per pair
     (`paired_ratios`), their median and range, and in how many pairs this side's was
-    lower; None when some run did not measure it."""
+    lower (what `paired_cost_text` prints)."""
     a = [v for v in map(value, ours) if v is not None]
     b = [v for v in map(value, theirs) if v is not None]
-    if not a or len(a) < len(ours) or len(b) < len(theirs):
-        return None
     paired = paired_ratios(ours, theirs, value)
     return {
-        "us_per_event": a, "us_per_event_against": b,
         "median": round(median(a), 2), "median_against": round(median(b), 2),
         "paired": paired, "paired_median": median(paired),
         "paired_range": [min(paired), max(paired)],
         "lower_in": sum(p < 1 for p in paired),
     }  # fmt: skip
+
+
+def paired_cost(
+    ours: list[dict[str, Any]],
+    theirs: list[dict[str, Any]],
+    value: Callable[[dict[str, Any]], float | None],
+) -> dict[str, Any] | None:
+    """A cost per event of this checkout's runs against another's: each side's values
+    and their `paired_summary`; None when some run did not measure it."""
+    a = [v for v in map(value, ours) if v is not None]
+    b = [v for v in map(value, theirs) if v is not None]
+    if not a or len(a) < len(ours) or len(b) < len(theirs):
+        return None
+    return {"us_per_event": a, "us_per_event_against": b, **paired_summary(ours, theirs, value)}
 
 
 def paired_cost_text(cost: dict[str, Any]) -> str:

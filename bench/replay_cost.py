@@ -32,8 +32,8 @@ from typing import Any
 from bench.common import (
     alternating,
     median,
-    p_text,
-    paired_ratios,
+    paired_cost_text,
+    paired_summary,
     sign_test_p,
     worktree,
     write_result,
@@ -90,21 +90,13 @@ def _measure(key: str) -> Callable[[dict[str, Any]], float]:
 
 
 def compare(ours: list[dict[str, Any]], against: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per measure: each side's median, this side's over the other's per round, their
-    median and range, the rounds this side took less, and the sign test's p."""
+    """Per measure: its `paired_summary` (this side over the other, round by round) and
+    the sign test's p for the rounds this side took less."""
     out = {}
     for key in MEASURES:
-        paired = paired_ratios(ours, against, _measure(key))
-        lower = sum(p < 1 for p in paired)
-        out[key] = {
-            "median": round(median([r[key] for r in ours]), 2),
-            "median_against": round(median([r[key] for r in against]), 2),
-            "paired": paired,
-            "paired_median": round(median(paired), 3),
-            "paired_range": [min(paired), max(paired)],
-            "lower_in": lower,
-            "sign_test_p": sign_test_p(lower, len(paired)),
-        }
+        summary = paired_summary(ours, against, _measure(key))
+        p = sign_test_p(summary["lower_in"], len(summary["paired"]))
+        out[key] = {**summary, "sign_test_p": p}
     return out
 
 
@@ -141,12 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         line = f"{key}: median {result[f'median_{key}']}"
         if args.against:
             c = result["paired"][key]
-            n = len(c["paired"])
-            line += (
-                f" against {c['median_against']} at {short}; paired {c['paired_median']} "
-                f"({c['paired_range'][0]}-{c['paired_range'][1]}), lower in {c['lower_in']} "
-                f"of {n} ({p_text(c['sign_test_p'])})"
-            )
+            line += f" against {c['median_against']} at {short}; {paired_cost_text(c)}"
         print(line)
 
 
