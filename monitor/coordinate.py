@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from broker.hosts import launch_command, python_on, runs_here
 from monitor.driver import Plan
+from monitor.forkserver import ForkedProcess, ForkServer, ForkServerError
 from monitor.placement import ClientProcess
 from topologies import Deployment
 
@@ -39,7 +40,7 @@ class ClientProcessError(RuntimeError):
 @dataclass
 class Started:
     spec: ClientProcess
-    process: trio.Process
+    process: trio.Process | ForkedProcess
     log: Path
     estimate_ns: int = 0
     offset_ns: int = 0
@@ -48,7 +49,7 @@ class Started:
     published: int = 0
     delivered: int = 0
     counts: tuple[int, int] = (0, 0)
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    done: bool = False  # it said so: its end is expected
 
     def describe(self) -> str:
         return f"client process {self.spec.name} on host {self.spec.host.label}"
@@ -96,6 +97,7 @@ class Coordinator:
         self.log_dir = log_dir
         self.quiet = quiet
         self.started: dict[str, Started] = {}
+        self.forks: ForkServer | None = None
         self._inbox_send, self._inbox = trio.open_memory_channel[tuple[str, Any]](math.inf)
 
     # --- starting and stopping ----------------------------------------------------------
@@ -104,29 +106,58 @@ class Coordinator:
         """Start every process, send it its plan, and wait until all are ready."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for spec in self.processes:
-            host = spec.host
-            words = [python_on(host, self.deployment), "-m", "monitor.driver"]
-            here = runs_here(host, self.deployment)
-            cmd = words if here else launch_command(host, self.deployment, words)
             log = self.log_dir / f"{spec.name}.log"
-            with log.open("ab") as stderr:
-                try:
-                    process = await trio.lowlevel.open_process(
-                        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
-                    )
-                except OSError as exc:
-                    raise ClientProcessError(
-                        f"client process {spec.name} on host {host.label}: cannot run "
-                        f"{cmd[0]!r}: {exc}"
-                    ) from None
+            if self._forked(spec):
+                process: trio.Process | ForkedProcess = await self._fork(spec, log)
+            else:
+                process = await self._open(spec, log)
             started = Started(spec, process, log)
             self.started[spec.name] = started
             nursery.start_soon(self._read, started)
             await self._send(started, json.loads(self.plan_for(spec).to_json()))
         await self._wait_all("ready", READY_TIMEOUT_S + 0.5 * len(self.processes))
 
+    def _forked(self, spec: ClientProcess) -> bool:
+        """Whether `spec` runs on this host with this interpreter: then it is forked
+        from the fork server (`monitor.forkserver`), else started by its command."""
+        here = runs_here(spec.host, self.deployment)
+        return here and python_on(spec.host, self.deployment) == sys.executable
+
+    async def _fork(self, spec: ClientProcess, log: Path) -> ForkedProcess:
+        if self.forks is None:
+            self.forks = await ForkServer.start("monitor.driver", self.log_dir / "forkserver.log")
+        try:
+            return await self.forks.spawn(log)
+        except (ForkServerError, OSError) as exc:
+            raise ClientProcessError(
+                f"client process {spec.name} on host {spec.host.label}: {exc}"
+            ) from None
+
+    async def _open(self, spec: ClientProcess, log: Path) -> trio.Process:
+        host = spec.host
+        words = [python_on(host, self.deployment), "-m", "monitor.driver"]
+        here = runs_here(host, self.deployment)
+        cmd = words if here else launch_command(host, self.deployment, words)
+        with log.open("ab") as stderr:
+            try:
+                return await trio.lowlevel.open_process(
+                    cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
+                )
+            except OSError as exc:
+                raise ClientProcessError(
+                    f"client process {spec.name} on host {host.label}: cannot run {cmd[0]!r}: {exc}"
+                ) from None
+
     async def stop(self) -> None:
-        """End every process started: close its input, then SIGTERM, then SIGKILL."""
+        """End every process started: close its input, then SIGTERM, then SIGKILL;
+        then the fork server."""
+        try:
+            await self._stop_processes()
+        finally:
+            if self.forks is not None:
+                await self.forks.stop()
+
+    async def _stop_processes(self) -> None:
         with trio.CancelScope(shield=True):
             for started in self.started.values():
                 with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
@@ -236,10 +267,15 @@ class Coordinator:
             raise await self._ended(started) from None
 
     async def _next(self) -> tuple[str, dict[str, Any]]:
-        name, message = await self._inbox.receive()
-        if message is None:
-            raise await self._ended(self.started[name])
-        return name, message
+        """The next message of any process; a process that ends before it said it was
+        done is an error."""
+        while True:
+            name, message = await self._inbox.receive()
+            if message is not None:
+                return name, message
+            started = self.started[name]
+            if not started.done:
+                raise await self._ended(started)
 
     async def _ended(self, started: Started) -> ClientProcessError:
         with trio.move_on_after(2.0):
@@ -259,6 +295,7 @@ class Coordinator:
             started.published = int(message["published"])
             started.cpu_s.update(message["cpu_s"])
         if "done" in message:
+            started.done = True
             started.delivered = int(message["done"]["delivered"])
             started.cpu_s["drain"] = float(message["done"]["cpu_s_drain"])
         if wanted in message:

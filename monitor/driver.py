@@ -243,10 +243,10 @@ async def _main() -> None:
         nursery.start_soon(_pump, lines, send, nursery.cancel_scope)
         try:
             plan = Plan(**await inbox.receive())
-        except trio.EndOfChannel:  # the input ended before the plan: nothing to do
-            return
-        await Driver(plan, lines, inbox).run()
-        nursery.cancel_scope.cancel()
+            await Driver(plan, lines, inbox).run()
+            nursery.cancel_scope.cancel()
+        except* trio.EndOfChannel:
+            pass  # the input ended: `_pump` stops the rest, or raises what was wrong with it
 
 
 async def _pump(

@@ -167,7 +167,7 @@ def test_a_client_process_killed_mid_run_is_named_and_nothing_is_left(tmp_path: 
         victim = None
         while victim is None and time.monotonic() < deadline:
             time.sleep(0.2)
-            drivers = [p for p in _descendants(replay.pid) if "monitor.driver" in _cmdline(p)]
+            drivers = _client_processes(replay.pid)
             if len(drivers) == len(study.publishers) + len(study.subscribers):
                 time.sleep(3.0)  # into the run
                 victim = drivers[-1]
@@ -218,6 +218,21 @@ def _descendants(pid: int) -> list[int]:
                 out.append(child)
                 todo.append(child)
     return out
+
+
+def _client_processes(replay: int) -> list[int]:
+    """The replay's client processes: `python -m monitor.driver`, or (on the replay's
+    own host) the children of its fork server, which show the server's command line."""
+    family = _descendants(replay)
+    servers = {p for p in family if "monitor.forkserver" in _cmdline(p) and _parent(p) == replay}
+    return [p for p in family if "monitor.driver" in _cmdline(p) and p not in servers]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _cmdline(pid: int) -> str:
