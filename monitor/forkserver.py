@@ -1,6 +1,6 @@
 """Many processes of one Python module, started by forking a process that imported it
-once: `python -m monitor.forkserver MODULE FD` (the server) and `ForkServer` (its
-owner's side, on trio).
+once: `python -m monitor.forkserver MODULE FD GRACE_S` (the server) and `ForkServer`
+(its owner's side, on trio).
 
 A replay starts a client process (`monitor.driver`) per client on its host; started
 the usual way, each imports trio, pyarrow, numpy and our packages again, some 0.3-0.4 s
@@ -13,8 +13,8 @@ child puts them on 0, 1 and 2 and calls ``MODULE.main()``: the child is then wha
 ``python -m MODULE`` would be, with the pipes its owner made. It reports each child's
 PID, and its exit code once reaped; its owner signals children by PID. Ctrl-C does not
 stop the server (its children get it, as they would): the end of its socket does,
-after its children ended (the owner ends them first; any still running 10 s later get
-SIGTERM, then SIGKILL).
+after its children ended (the owner ends them first; any still running GRACE_S later,
+10 s by default, get SIGTERM, then SIGKILL).
 
 Forking a process with threads keeps only the forking one: the server starts none,
 and the libraries it imports that do (OpenBLAS's pool, pyarrow's jemalloc thread)
