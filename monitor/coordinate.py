@@ -2,7 +2,8 @@
 together (`monitor.driver` is the other end): ready, clock offsets, one start
 instant for all, publishing, drain, done. Every process started here is stopped here,
 whatever happens: first by closing its input (which ends a driver anywhere, through any
-launcher), then by signals to the process this host started.
+launcher), then by signals to the process this host started. Client processes of this
+host are forked from a fork server (`monitor.forkserver`), stopped after them.
 """
 
 from __future__ import annotations
@@ -124,9 +125,10 @@ class Coordinator:
         return here and python_on(spec.host, self.deployment) == sys.executable
 
     async def _fork(self, spec: ClientProcess, log: Path) -> ForkedProcess:
-        if self.forks is None:
-            self.forks = await ForkServer.start("monitor.driver", self.log_dir / "forkserver.log")
         try:
+            if self.forks is None:
+                server_log = self.log_dir / "forkserver.log"
+                self.forks = await ForkServer.start("monitor.driver", server_log)
             return await self.forks.spawn(log)
         except (ForkServerError, OSError) as exc:
             raise ClientProcessError(
