@@ -208,7 +208,7 @@ class ForkServer:
         self.process = process
         self._control = control
         self._log = log
-        self._codes: dict[int, int | None] = {}
+        self._codes: dict[int, int] = {}  # exit codes of the children reaped
         self._lock = trio.Lock()
         self._ended = False
 
@@ -257,9 +257,7 @@ class ForkServer:
             finally:
                 os.close(stdin_read)
                 os.close(stdout_write)
-        pid = int(message["pid"])
-        self._codes.setdefault(pid, None)
-        return ForkedProcess(self, pid, stdin_write, stdout_read)
+        return ForkedProcess(self, int(message["pid"]), stdin_write, stdout_read)
 
     def exit_code(self, pid: int) -> int | None:
         return self._codes.get(pid)
