@@ -147,7 +147,7 @@ def cmd_net(args: argparse.Namespace) -> int:
     if secret is not None:
         extra += ["--secret-file", str(secret.resolve())]
     credentials = ClientCredentials.for_network(topology, secret)
-    procs = BrokerProcesses(study_path(args.file), topology, extra, credentials)
+    procs = BrokerProcesses(study_path(args.file), topology, extra, credentials, forked=True)
     stop = False
 
     def on_signal(signum: int, frame: Any) -> None:

@@ -89,14 +89,23 @@ def _free(port: int) -> bool:
 class Network:
     """The brokers of a topology as child processes, with a readiness check."""
 
-    def __init__(self, topology: Topology, workdir: Path, extra_args: Sequence[str] = ()) -> None:
-        """`extra_args` go to every `hop broker` (e.g. `--heartbeat 1`)."""
+    def __init__(
+        self,
+        topology: Topology,
+        workdir: Path,
+        extra_args: Sequence[str] = (),
+        forked: bool = False,
+    ) -> None:
+        """`extra_args` go to every `hop broker` (e.g. `--heartbeat 1`); with `forked`,
+        the brokers are forked from a fork server (`BrokerProcesses`)."""
         self.topology = topology
         self.file = workdir / f"{topology.name}.toml"
         self.file.write_text(to_toml(topology))
         self.logs = workdir / "logs"
         self.credentials = ClientCredentials.for_network(topology)
-        self.procs = BrokerProcesses(self.file, topology, extra_args, self.credentials)
+        self.procs = BrokerProcesses(
+            self.file, topology, extra_args, self.credentials, forked=forked
+        )
 
     @classmethod
     def from_file(
@@ -105,6 +114,7 @@ class Network:
         workdir: Path,
         routing: Routing | None = None,
         extra_args: Sequence[str] = (),
+        forked: bool = False,
     ) -> Network:
         """A shipped topology moved to free ports (and another strategy if given)."""
         topology = load_topology(REPO / "topologies" / f"{name}.toml")
@@ -119,7 +129,7 @@ class Network:
             routing=routing or topology.routing,
             name=f"{name}-{routing or topology.routing}",
         )
-        return cls(topology, workdir, extra_args)
+        return cls(topology, workdir, extra_args, forked)
 
     def address(self, broker_id: int) -> tuple[str, int]:
         return self.topology.address(broker_id)

@@ -10,18 +10,22 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO, BinaryIO, Protocol
 
 import trio
 
+from broker.forkserver import BlockingForkServer, ForkedChild, ForkServerError
 from broker.hosts import launch_command, python_on, runs_here
 from broker.probe import fetch_stats
 from broker.protocol import ProtocolError
 from broker.security import ClientCredentials
 from broker.server import Broker, BrokerConfig
+from broker.trace.hop_trace import TRACE_WRITER
 from topologies import Deployment, HostSpec, Topology
 
 
@@ -109,6 +113,15 @@ def process_cpu_s(pid: int) -> float:
     return time.clock_gettime((~pid << 3) | _CPUCLOCK_SCHED)
 
 
+def _end(proc: BrokerProcess, deadline: float) -> int:
+    """Its exit code once it ended by `deadline`, else once SIGKILLed."""
+    try:
+        return proc.wait(max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
 def port_accepts(host: str, port: int, timeout: float = 0.2) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -117,10 +130,37 @@ def port_accepts(host: str, port: int, timeout: float = 0.2) -> bool:
         return False
 
 
+class BrokerProcess(Protocol):
+    """What `BrokerProcesses` keeps of a broker's process: a `subprocess.Popen`, or a
+    `ForkedChild` of its fork server."""
+
+    pid: int
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    @property
+    def stdin(self) -> IO[bytes] | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+
 class BrokerProcesses:
     """Child processes running the brokers of a topology file, stopped by PID.
 
     `credentials` are for the readiness checks (default: those the topology names).
+    With `forked`, the brokers that run here with this interpreter are forked from a
+    fork server (`broker.forkserver`, its log `LOG_DIR/broker-forkserver.log`) that
+    imported the broker and its trace writer once, instead of each broker starting an
+    interpreter of its own, and a traced one another for its writer: what `hop net` and
+    a replay do, whose 15 brokers starting at once kept 2 cores busy for seconds. Their
+    `procs` are then `ForkedChild`s.
     """
 
     def __init__(
@@ -131,6 +171,7 @@ class BrokerProcesses:
         credentials: ClientCredentials | None = None,
         deployment: Deployment | None = None,
         elsewhere: tuple[str, str] | None = None,
+        forked: bool = False,
     ):
         """`deployment` says how to start brokers on other hosts (default: every broker
         here); `elsewhere` is (folder here, its path there): arguments under the folder
@@ -142,8 +183,10 @@ class BrokerProcesses:
         self.credentials = credentials or ClientCredentials.for_network(topology)
         self.deployment = deployment or Deployment()
         self.elsewhere = elsewhere
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.forked = forked
+        self.procs: dict[int, BrokerProcess] = {}
         self.started_at: dict[int, float] = {}
+        self._server: BlockingForkServer | None = None
 
     def host_of(self, broker_id: int) -> HostSpec:
         return self.deployment.host(self.topology.address(broker_id)[0])
@@ -155,35 +198,58 @@ class BrokerProcesses:
         for broker_id in broker_ids or sorted(self.topology.brokers):
             self.start_one(broker_id, log_dir)
 
-    def start_one(self, broker_id: int, log_dir: Path | None = None) -> subprocess.Popen[bytes]:
-        """Start one broker: here as a child process, on another host through the
-        deployment's launcher (with --stop-on-eof: closing its input stops it, whatever
-        the launcher does with signals)."""
+    def start_one(self, broker_id: int, log_dir: Path | None = None) -> BrokerProcess:
+        """Start one broker: here as a child process (or a child of the fork server),
+        on another host through the deployment's launcher (with --stop-on-eof: closing
+        its input stops it, whatever the launcher does with signals)."""
         host = self.host_of(broker_id)
         here = self._here(broker_id)
         args = [str(self.topology_file), "--id", str(broker_id), *self.extra_args]
         if not here:
             args = [self._there(arg) for arg in args] + ["--stop-on-eof"]
-        words = [python_on(host, self.deployment), "-m", "broker.cli", "broker", *args]
+        python = python_on(host, self.deployment)
+        words = [python, "-m", "broker.cli", "broker", *args]
         cmd = words if here else launch_command(host, self.deployment, words)
         stderr = None
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
             stderr = (log_dir / f"broker-{broker_id}.log").open("ab")
+        proc: BrokerProcess
         try:
-            proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL if here else subprocess.PIPE, stderr=stderr
-            )
+            if self.forked and here and python == sys.executable:
+                proc = self._fork(["broker", *args], stderr, log_dir)
+            else:
+                proc = subprocess.Popen(
+                    cmd, stdin=subprocess.DEVNULL if here else subprocess.PIPE, stderr=stderr
+                )
         except OSError as exc:
             raise StartupError(
                 f"broker {broker_id} on host {host.label}: cannot run {cmd[0]!r}: {exc}"
             ) from None
+        except ForkServerError as exc:
+            raise StartupError(f"broker {broker_id} on host {host.label}: {exc}") from None
         finally:
             if stderr is not None:
                 stderr.close()
         self.procs[broker_id] = proc
         self.started_at[broker_id] = time.monotonic()
         return proc
+
+    def _fork(self, argv: list[str], stderr: BinaryIO | None, log_dir: Path | None) -> ForkedChild:
+        """A broker forked from the fork server (started on first use, its log in
+        `log_dir`), on /dev/null and this process's output, its standard error `stderr`
+        (None: this process's, as the server's without a `log_dir`)."""
+        if self._server is None:
+            log = None if log_dir is None else log_dir / "broker-forkserver.log"
+            # Traced brokers fork their writers (`broker.trace.hop_trace`): the server
+            # imports the writer (numpy, pyarrow) for them, only then.
+            traced = "--trace-dir" in self.extra_args
+            preload = [TRACE_WRITER] if traced else []
+            self._server = BlockingForkServer.start("broker.cli", log, preload=preload)
+        with open(os.devnull, "rb") as devnull:
+            return self._server.spawn(
+                argv, devnull.fileno(), 1, stderr.fileno() if stderr is not None else 2
+            )
 
     def _there(self, arg: str) -> str:
         """An argument as a broker on another host must see it."""
@@ -273,7 +339,8 @@ class BrokerProcesses:
 
     def failed(self) -> dict[int, int]:
         """Brokers that have exited, with their exit codes."""
-        return {b: p.returncode for b, p in self.procs.items() if p.poll() is not None}
+        codes = {b: p.poll() for b, p in self.procs.items()}
+        return {b: code for b, code in codes.items() if code is not None}
 
     def kill(self, broker_id: int, sig: int = signal.SIGKILL) -> None:
         proc = self.procs[broker_id]
@@ -284,7 +351,8 @@ class BrokerProcesses:
     def stop(self, timeout: float = 5.0) -> dict[int, int]:
         """Stop every broker as on SIGTERM (those started elsewhere by closing their
         input, which reaches them through any launcher), SIGKILL what is left after
-        `timeout`; exit codes."""
+        `timeout`; exit codes. (ForkServerError, once all are stopped, if the fork
+        server died under forked brokers: their exit codes are lost with it.)"""
         for proc in self.procs.values():
             if proc.stdin is not None:
                 with contextlib.suppress(OSError):
@@ -292,10 +360,16 @@ class BrokerProcesses:
             elif proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        for proc in self.procs.values():
+        codes = {}
+        unknown = []
+        for broker_id, proc in self.procs.items():
             try:
-                proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        return {b: p.returncode for b, p in self.procs.items()}
+                codes[broker_id] = _end(proc, deadline)
+            except ForkServerError as exc:  # its server died: stopped, its code unknown
+                unknown.append(f"broker {broker_id}: {exc}")
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        if unknown:
+            raise ForkServerError("; ".join(unknown))
+        return codes

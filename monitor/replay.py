@@ -136,6 +136,7 @@ def replay(
         creds,
         study.deployment,
         elsewhere=(str(site.here_dir), site.there_dir),
+        forked=True,
     )
     clients = client_processes(study, site.here)
     site.prepare(

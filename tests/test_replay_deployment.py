@@ -224,7 +224,7 @@ def _client_processes(replay: int) -> list[int]:
     """The replay's client processes: `python -m monitor.driver`, or (on the replay's
     own host) the children of its fork server, which show the server's command line."""
     family = _descendants(replay)
-    servers = {p for p in family if "monitor.forkserver" in _cmdline(p) and _parent(p) == replay}
+    servers = {p for p in family if "forkserver" in _cmdline(p) and _parent(p) == replay}
     return [p for p in family if "monitor.driver" in _cmdline(p) and p not in servers]
 
 
