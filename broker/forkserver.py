@@ -1,8 +1,8 @@
 """Many processes of one Python module, started by forking a process that imported it
-once: `python -m broker.forkserver MODULE FD GRACE_S [PRELOAD ...]` (the server), the state its
-owner keeps (`ServerEnd`), and a blocking owner (`BlockingForkServer`, whose children
-look like `subprocess.Popen` objects: `ForkedChild`). `monitor.forkserver` is the
-owner on trio.
+once: the server (`python -m broker.forkserver MODULE FD GRACE_S [PRELOAD ...]`), the
+state its owner keeps (`ServerEnd`), and a blocking owner (`BlockingForkServer`, whose
+children look like `subprocess.Popen` objects: `ForkedChild`). `monitor.forkserver` is
+the owner on trio.
 
 Started the usual way, every broker or replay client is a new interpreter that
 imports trio, msgpack, our packages (and the clients pyarrow and numpy) again: a
@@ -21,9 +21,13 @@ reaped; its owner signals children by PID. Ctrl-C and SIGTERM do not stop the se
 children ended (the owner ends them first; any still running GRACE_S later get
 SIGTERM, then SIGKILL). So an owner that dies leaves nothing running for long.
 
+A child may fork a process of its own the same way (`fork_module`, for a module the
+server preloaded): how a traced broker starts its trace writer.
+
 Forking a process with threads keeps only the forking one: the server starts none,
-and the libraries it imports that do (OpenBLAS's pool, pyarrow's jemalloc thread)
-have their own fork handlers. Python's `random` reseeds itself in each child.
+a child forks only before it starts any, and the libraries they import that do
+(OpenBLAS's pool, pyarrow's jemalloc thread) have their own fork handlers. Python's
+`random` reseeds itself in each child.
 """
 
 from __future__ import annotations

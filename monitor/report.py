@@ -376,6 +376,14 @@ def _md_table(frame: pd.DataFrame) -> str:
 UNITS = {"throughput": "brokers", "latency": "pairs"}
 
 
+def _percent(value: float) -> str:
+    """A percentage to one decimal, or to two significant digits below 0.1: a spread
+    of 0.03 % printed as "0.0" would read as none, beside errors that exceed it."""
+    if value == 0 or abs(value) >= 0.1:
+        return f"{value:.1f}"
+    return f"{value:.2g}"
+
+
 def summary_sentence(
     comparison: Comparison | None, scenario: str | None, load: HostLoadSummary | None = None
 ) -> str:
@@ -391,8 +399,8 @@ def summary_sentence(
             if f"{key}_worst" not in s:
                 continue
             text = (
-                f"{name} ({method}) mean error {s[f'{key}_mean']:.1f} %, "
-                f"worst {s[f'{key}_worst']:.1f} %"
+                f"{name} ({method}) mean error {_percent(s[f'{key}_mean'])} %, "
+                f"worst {_percent(s[f'{key}_worst'])} %"
             )
             if f"{key}_within_spread" in s and s[f"{key}_spread_mean"] == 0:
                 text += ", every measurement the same (no run-to-run spread to compare with)"
@@ -400,7 +408,8 @@ def summary_sentence(
                 rows, unit = int(s[f"{key}_rows"]), UNITS[name]
                 text += (
                     f", within the measurement's own run-to-run spread (mean "
-                    f"{s[f'{key}_spread_mean']:.1f} %) for {int(s[f'{key}_within_spread'])} "
+                    f"{_percent(s[f'{key}_spread_mean'])} %) for "
+                    f"{int(s[f'{key}_within_spread'])} "
                     f"of {rows} {unit}, inside its 95 % interval for "
                     f"{int(s[f'{key}_inside'])} of {rows}"
                 )

@@ -568,6 +568,21 @@ def test_report_names_the_disturbed_replays() -> None:
     assert HostLoadSummary.of([("old", {})]) is None
 
 
+def test_a_spread_under_a_tenth_of_a_percent_is_not_printed_as_none() -> None:
+    """Throughput replays of the same events differ by hundredths of a percent: the
+    sentence gives that spread in figures, beside errors that exceed it."""
+    comparison = compare(
+        [_predictions(50.2, {"pub1>sub1": 2.2}), _predictions(50.2, {"pub1>sub1": 2.3})],
+        [_measurement(50.0, {"pub1>sub1": 2.0}), _measurement(50.03, {"pub1>sub1": 2.4})],
+        PAIRS,
+    )
+    sentence = summary_sentence(comparison, None)
+    assert (
+        "throughput (sim) mean error 0.4 %, worst 0.4 %, within the measurement's own "
+        "run-to-run spread (mean 0.03 %) for 0 of 1 brokers"
+    ) in sentence, sentence
+
+
 def test_no_spread_is_said_as_such() -> None:
     """Replays of the same events can give the very same throughput: there is then no
     spread to be within, and the sentence says so rather than 'within for 0 of 1'."""

@@ -13,23 +13,9 @@ import pytest
 
 from bench.awake import cpus_kept_awake
 from bench.common import REPO
+from tests.processes import running, running_after
 
 pytestmark = pytest.mark.needs("sched_idle")
-
-
-def _gone(pid: int, timeout_s: float) -> bool:
-    """Whether process `pid` ends (or is a zombie) within `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
 
 
 def test_one_spinner_per_cpu_at_idle_priority_stopped_on_exit() -> None:
@@ -63,11 +49,11 @@ def test_a_spinner_stops_when_its_parent_is_gone() -> None:
         while os.sched_getscheduler(pid) != os.SCHED_IDLE:
             assert time.monotonic() < deadline, "the spinner never started spinning"
             time.sleep(0.01)
-        assert not _gone(pid, timeout_s=0.3)  # it spins while its parent lives
+        assert running_after([pid], 0.3) == [pid]  # it spins while its parent lives
         shell.communicate("go\n", timeout=10)
-        assert _gone(pid, timeout_s=10.0)
+        assert running_after([pid], 10.0) == []
     finally:
-        if not _gone(pid, timeout_s=0.0):
+        if running(pid):
             os.kill(pid, signal.SIGKILL)
         shell.kill()
         shell.wait()

@@ -184,6 +184,7 @@ def test_the_docs_verdict_tables_are_the_tools_output_for_the_committed_files() 
     tables = verdict_tables(doc)
     assert [(ours, pool) for _, ours, pool in tables] == [
         ("hop-trio", False),  # every long run
+        ("hop-trio", False),  # the long runs on the AMD EPYC VM
         ("hop-blocking", False),
         ("hop-trio", True),  # the runs of the code as it is, pooled
         ("hop-asyncio", True),  # the asyncio client's long runs, pooled

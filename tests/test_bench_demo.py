@@ -3,14 +3,13 @@ on Makefiles of the test's own instead of the repository's."""
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
 import pytest
 
 import bench.demo
 from bench.demo import last_lines, run_step, summarize
+from tests.processes import running_after
 
 
 def makefile(folder: Path, recipes: dict[str, str]) -> Path:
@@ -43,18 +42,7 @@ def test_a_step_over_its_time_is_stopped_with_what_it_started(
     with pytest.raises(RuntimeError, match=r"make demo ran over 1.0 s"):
         run_step("demo", clone, tmp_path / "make.log")
     child = int((clone / "child.pid").read_text())
-    deadline = time.monotonic() + 10
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(child)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    assert running_after([child], 10) == []
 
 
 def test_the_summary_gives_each_steps_median_and_range() -> None:

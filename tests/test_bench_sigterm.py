@@ -8,38 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from broker.local_network import REPO
+from tests.processes import children, running, running_after
 
 pytestmark = pytest.mark.integration
-
-
-def _children(pid: int) -> list[int]:
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    try:
-        return [int(child) for child in path.read_text().split()]
-    except FileNotFoundError:
-        return []
-
-
-def _running(pid: int) -> bool:
-    """Whether `pid` is a process that has not exited (a zombie has)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-def _gone_within(pids: list[int], seconds: float) -> list[int]:
-    """The `pids` still running after waiting up to `seconds` for them to end."""
-    deadline = time.monotonic() + seconds
-    while (left := [pid for pid in pids if _running(pid)]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return left
 
 
 @pytest.mark.needs("procfs")
@@ -57,21 +32,21 @@ def test_sigterm_stops_the_brokers_a_benchmark_started() -> None:
         deadline = time.monotonic() + 60
         brokers: list[int] = []
         while len(brokers) < 2 and time.monotonic() < deadline:  # one traced, one not
-            brokers = _children(bench.pid)
+            brokers = children(bench.pid)
             time.sleep(0.1)
         assert len(brokers) == 2, f"the benchmark started {len(brokers)} brokers, not 2"
         writers: list[int] = []
         while not writers and time.monotonic() < deadline:  # the traced one's writer
-            writers = [w for broker in brokers for w in _children(broker)]
+            writers = [w for broker in brokers for w in children(broker)]
             time.sleep(0.1)
         started = brokers + writers
         assert writers, "the traced broker started no trace writer"
         time.sleep(1.0)  # into the measured segments
         bench.send_signal(signal.SIGTERM)
         bench.wait(60)
-        assert _gone_within(started, 30) == []
+        assert running_after(started, 30) == []
     finally:
         for pid in [bench.pid, *started]:
-            if _running(pid):
+            if running(pid):
                 os.kill(pid, signal.SIGKILL)
         bench.wait(10)

@@ -12,28 +12,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from broker.forkserver import BlockingForkServer, ForkServerError, alive, parse_request
+from broker.forkserver import BlockingForkServer, ForkServerError, parse_request
 from broker.local_network import Network
 from broker.trace.schema import HOPS
+from tests.processes import children, cmdline, parent_of, running
 
 pytestmark = pytest.mark.integration
-
-
-def _parent_of(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(next(line for line in status.splitlines() if line.startswith("PPid:")).split()[1])
-
-
-def _cmdline(pid: int) -> str:
-    return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_forked_brokers_link_are_signalled_by_pid_restart_and_stop(tmp_path: Path) -> None:
@@ -42,10 +26,10 @@ def test_forked_brokers_link_are_signalled_by_pid_restart_and_stop(tmp_path: Pat
         net.start()  # each answers `stats` with the PID its owner was told
         procs = net.procs.procs
         pids = {b: p.pid for b, p in procs.items()}
-        servers = {_parent_of(pid) for pid in pids.values()}
+        servers = {parent_of(pid) for pid in pids.values()}
         assert len(servers) == 1 and os.getpid() not in servers
         (server,) = servers
-        assert "broker.forkserver broker.cli" in _cmdline(server)
+        assert "broker.forkserver broker.cli" in cmdline(server)
         assert all(net.stats(b)["pid"] == pid for b, pid in pids.items())
         assert all(p.poll() is None for p in procs.values())
         with pytest.raises(subprocess.TimeoutExpired):
@@ -53,24 +37,16 @@ def test_forked_brokers_link_are_signalled_by_pid_restart_and_stop(tmp_path: Pat
 
         net.kill(3)  # SIGKILL, reaped by the server, its code reported
         assert procs[3].returncode == -signal.SIGKILL
-        assert not _exists(pids[3])
+        assert not running(pids[3])
         net.restart(3)
-        assert procs[3].pid != pids[3] and _parent_of(procs[3].pid) == server
+        assert procs[3].pid != pids[3] and parent_of(procs[3].pid) == server
         net.wait_linked(brokers=[1, 3])
         pids[3] = procs[3].pid
     finally:
         codes = net.stop()
     assert codes == dict.fromkeys(pids, 0), net.log_text()[-3000:]
-    assert not any(_exists(pid) for pid in [*pids.values(), server])
+    assert not any(running(pid) for pid in [*pids.values(), server])
     assert (tmp_path / "logs" / "broker-forkserver.log").read_text() == ""
-
-
-def _children(pid: int) -> list[int]:
-    return [
-        int(child)
-        for task in Path(f"/proc/{pid}/task").iterdir()
-        for child in (task / "children").read_text().split()
-    ]
 
 
 def test_a_forked_traced_broker_forks_its_trace_writer(tmp_path: Path) -> None:
@@ -81,9 +57,9 @@ def test_a_forked_traced_broker_forks_its_trace_writer(tmp_path: Path) -> None:
     try:
         net.start()
         for proc in net.procs.procs.values():
-            (writer,) = _children(proc.pid)
+            (writer,) = children(proc.pid)
             # forked: the server's command line, not `python -m broker.trace.hop_writer`
-            assert "broker.forkserver broker.cli" in _cmdline(writer)
+            assert "broker.forkserver broker.cli" in cmdline(writer)
     finally:
         codes = net.stop()
     assert codes == dict.fromkeys(range(1, 6), 0), net.log_text()[-3000:]
@@ -153,11 +129,10 @@ def test_brokers_whose_server_died_are_still_stopped_and_the_loss_told(tmp_path:
     try:
         net.start()
         pids = [p.pid for p in net.procs.procs.values()]
-        server = _parent_of(pids[0])
+        server = parent_of(pids[0])
         os.kill(server, signal.SIGKILL)  # its children live on, reparented
         net.stats(1)
     finally:
         with pytest.raises(ForkServerError, match="fork server for broker.cli ended"):
             net.stop()
-    # (Orphans are their new parent's to reap: ended, they may stay zombies a while.)
-    assert not any(alive(pid) for pid in [*pids, server])
+    assert not any(running(pid) for pid in [*pids, server])

@@ -5,7 +5,6 @@ their exit codes, take signals, and never outlive the server."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 from pathlib import Path
 
@@ -13,19 +12,7 @@ import pytest
 import trio
 
 from monitor.forkserver import ForkedProcess, ForkServer, ForkServerError
-
-
-def _parent_of(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(next(line for line in status.splitlines() if line.startswith("PPid:")).split()[1])
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+from tests.processes import parent_of, running
 
 
 async def _line(process: ForkedProcess) -> dict[str, object]:
@@ -46,7 +33,7 @@ async def test_children_run_the_module_on_their_own_pipes_and_report_how_they_en
         children = [await server.spawn(tmp_path / f"child{n}.log") for n in range(3)]
         pids = {child.pid for child in children}
         assert len(pids) == 3 and server.process.pid not in pids
-        assert all(_parent_of(pid) == server.process.pid for pid in pids)
+        assert all(parent_of(pid) == server.process.pid for pid in pids)
         assert [child.poll() for child in children] == [None, None, None]
 
         # A driver whose input ends before its plan exits 0.
@@ -67,7 +54,7 @@ async def test_children_run_the_module_on_their_own_pipes_and_report_how_they_en
     finally:
         await server.stop()
     assert server.process.returncode == 0
-    assert all(_gone(pid) for pid in pids)
+    assert not any(running(pid) for pid in pids)
 
 
 @pytest.mark.trio
@@ -108,7 +95,7 @@ async def test_the_server_ends_the_children_left_after_its_grace(tmp_path: Path)
     with trio.fail_after(15):
         await server.stop()
     assert server.process.returncode == 0
-    assert _gone(child.pid)
+    assert not running(child.pid)
     await child.stdin.aclose()
 
 

@@ -18,6 +18,7 @@ from monitor.characterize import characterize
 from monitor.errors import ReplayError
 from monitor.placement import client_processes
 from monitor.replay import await_traces_written
+from tests.processes import cmdline, descendants, parent_of, running
 from tests.test_replay import small_study
 from topologies import Deployment, HostSpec, ProcessSpec, load_case_study
 from topologies.generators import to_toml
@@ -172,7 +173,7 @@ def test_a_client_process_killed_mid_run_is_named_and_nothing_is_left(tmp_path: 
                 time.sleep(3.0)  # into the run
                 victim = drivers[-1]
         assert victim is not None, "the client processes did not start"
-        family = _descendants(replay.pid)
+        family = descendants(replay.pid)
         os.kill(victim, signal.SIGKILL)
         _, stderr = replay.communicate(timeout=60)
     finally:
@@ -182,8 +183,8 @@ def test_a_client_process_killed_mid_run_is_named_and_nothing_is_left(tmp_path: 
     assert replay.returncode == 1
     assert "client process " in stderr and "on host 127.0.0.1 ended unexpectedly" in stderr
     assert "Traceback" not in stderr, stderr
-    left = [pid for pid in family if _alive(pid)]
-    assert not left, f"processes left running: {[_cmdline(p) for p in left]}"
+    left = [pid for pid in family if running(pid)]
+    assert not left, f"processes left running: {[cmdline(p) for p in left]}"
     manifest = json.loads((out / "manifest.json").read_text())
     assert "ended unexpectedly" in manifest["error"]
     assert list((out / "traces").glob("hops-*.arrow"))  # what was recorded is kept
@@ -204,47 +205,9 @@ def _hop(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*HOP, *args], capture_output=True, text=True, timeout=180, check=False)
 
 
-def _descendants(pid: int) -> list[int]:
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        parent = todo.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
-            try:
-                children = (task / "children").read_text().split()
-            except OSError:
-                continue
-            for child in map(int, children):
-                out.append(child)
-                todo.append(child)
-    return out
-
-
 def _client_processes(replay: int) -> list[int]:
     """The replay's client processes: `python -m monitor.driver`, or (on the replay's
     own host) the children of its fork server, which show the server's command line."""
-    family = _descendants(replay)
-    servers = {p for p in family if "forkserver" in _cmdline(p) and _parent(p) == replay}
-    return [p for p in family if "monitor.driver" in _cmdline(p) and p not in servers]
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
-    except OSError:
-        return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    family = descendants(replay)
+    servers = {p for p in family if "forkserver" in cmdline(p) and parent_of(p) == replay}
+    return [p for p in family if "monitor.driver" in cmdline(p) and p not in servers]
