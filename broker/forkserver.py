@@ -43,10 +43,10 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import IO, Any
+from typing import IO, Any, Generic, TypeVar
 
 MESSAGE_SIZE = 65536  # a request's JSON (its argv) or a report
 CHILDREN_GRACE_S = 10.0  # after the owner's end, before the children left get SIGTERM
@@ -214,13 +214,28 @@ def server_command(
     module: str, control_fd: int, grace_s: float, preload: Sequence[str] = ()
 ) -> list[str]:
     """The command starting a server for `module` on the socket `control_fd`."""
-    return [
-        *(sys.executable, "-m", "broker.forkserver"),
-        *(module, str(control_fd), str(grace_s), *preload),
-    ]
+    args = [module, str(control_fd), str(grace_s), *preload]
+    return [sys.executable, "-m", "broker.forkserver", *args]
+
+
+@contextlib.contextmanager
+def control_pair() -> Iterator[tuple[socket.socket, int]]:
+    """The owner's socket and the server's descriptor, for starting a server with
+    ``pass_fds``: the server's end is closed here once it started (or failed to); ours
+    is closed too if the start failed, else left non-blocking."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        yield ours, theirs.fileno()
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    ours.setblocking(False)
 
 
 def encode_request(argv: Sequence[str]) -> bytes:
+    """A request for a child with arguments `argv` (its descriptors go beside it)."""
     return json.dumps({"argv": list(argv)}).encode()
 
 
@@ -243,14 +258,17 @@ class ServerEnd:
 
     def collect(self) -> None:
         """Take in the exit reports the server has sent, without waiting."""
-        while not self._ended:
-            try:
-                data = self._control.recv(MESSAGE_SIZE)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
+        while not self._ended and (data := self._recv()) is not None:
             self._take(data)
+
+    def _recv(self) -> bytes | None:
+        """The server's next message if one is there (None if not; b"" at its end)."""
+        try:
+            return self._control.recv(MESSAGE_SIZE)
+        except BlockingIOError:
+            return None
+        except OSError:
+            return b""
 
     def _take(self, data: bytes) -> dict[str, Any] | None:
         """Note a message of the server (an exit report, or its end, as None)."""
@@ -273,6 +291,7 @@ class ServerEnd:
         return int(message["pid"]) if "pid" in message else None
 
     def why_gone(self) -> str:
+        """That the server ended, with the last lines of its log."""
         if self._log is None:
             return f"the fork server for {self.module} ended (its errors are above)"
         tail = self._log.read_text(errors="replace").strip().splitlines()[-3:]
@@ -305,23 +324,15 @@ class BlockingForkServer(ServerEnd):
         """Start a server for `module` (importing the modules `preload` as well), its
         standard error appended to `log` (None: this process's); at its end it gives the
         children left `grace_s` to end before it signals them."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            with contextlib.ExitStack() as files:
-                stderr = None if log is None else files.enter_context(log.open("ab"))
-                process = subprocess.Popen(
-                    server_command(module, theirs.fileno(), grace_s, preload),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=stderr,
-                    pass_fds=(theirs.fileno(),),
-                )
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        ours.setblocking(False)
+        with control_pair() as (ours, theirs), contextlib.ExitStack() as files:
+            stderr = None if log is None else files.enter_context(log.open("ab"))
+            process = subprocess.Popen(
+                server_command(module, theirs, grace_s, preload),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                pass_fds=(theirs,),
+            )
         return cls(module, process, ours, log, grace_s)
 
     def spawn(self, argv: Sequence[str], stdin: int, stdout: int, stderr: int) -> ForkedChild:
@@ -376,24 +387,19 @@ class BlockingForkServer(ServerEnd):
             ready, _, _ = select.select([self._control], [], [], left)
             if not ready:
                 raise TimeoutError(f"the fork server for {self.module} did not answer")
-            try:
-                data = self._control.recv(MESSAGE_SIZE)
-            except BlockingIOError:
-                continue
-            except OSError:
-                data = b""
-            return self._take(data)
+            if (data := self._recv()) is not None:
+                return self._take(data)
         return None
 
 
-class ForkedChild:
-    """A child of a `BlockingForkServer`, with what `BrokerProcesses` uses of
-    `subprocess.Popen`: its PID, exit code, `poll`, `wait`, signals. Its standard
-    input is the owner's to keep (``stdin`` is None, as for a Popen without a pipe)."""
+Server = TypeVar("Server", bound=ServerEnd)
 
-    stdin = None
 
-    def __init__(self, server: BlockingForkServer, pid: int) -> None:
+class ServerChild(Generic[Server]):
+    """A child of a fork server as its owner sees it: its PID, its exit code once the
+    server reported it, signals sent by PID."""
+
+    def __init__(self, server: Server, pid: int) -> None:
         self._server = server
         self.pid = pid
 
@@ -402,8 +408,22 @@ class ForkedChild:
         return self._server.exit_code(self.pid)
 
     def poll(self) -> int | None:
+        """The exit code, None while it runs."""
         self._server.collect()
         return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+
+class ForkedChild(ServerChild["BlockingForkServer"]):
+    """A child of a `BlockingForkServer`, with what `BrokerProcesses` uses of
+    `subprocess.Popen`: its PID, exit code, `poll`, `wait`, signals. Its standard
+    input is the owner's to keep (``stdin`` is None, as for a Popen without a pipe)."""
+
+    stdin = None
 
     def wait(self, timeout: float | None = None) -> int:
         """Its exit code once it ended; `subprocess.TimeoutExpired` after `timeout`."""
@@ -413,11 +433,6 @@ class ForkedChild:
                 raise ForkServerError(self._server.why_gone())
             raise subprocess.TimeoutExpired(f"forked child {self.pid}", timeout)
         return code
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

@@ -15,10 +15,11 @@ import trio
 
 from broker.forkserver import (
     CHILDREN_GRACE_S,
-    MESSAGE_SIZE,
     ForkServerError,
+    ServerChild,
     ServerEnd,
     alive,
+    control_pair,
     encode_request,
     server_command,
 )
@@ -26,29 +27,14 @@ from broker.forkserver import (
 __all__ = ["ForkServer", "ForkServerError", "ForkedProcess"]
 
 
-class ForkedProcess:
+class ForkedProcess(ServerChild["ForkServer"]):
     """A child of the fork server, with what a replay uses of `trio.Process`: its PID,
     standard input and output, its exit code once known, a signal, a wait."""
 
     def __init__(self, server: ForkServer, pid: int, stdin: int, stdout: int) -> None:
-        self._server = server
-        self.pid = pid
+        super().__init__(server, pid)
         self.stdin = trio.lowlevel.FdStream(stdin)
         self.stdout = trio.lowlevel.FdStream(stdout)
-
-    @property
-    def returncode(self) -> int | None:
-        return self._server.exit_code(self.pid)
-
-    def poll(self) -> int | None:
-        """The exit code, None while it runs (as `trio.Process.poll`)."""
-        self._server.collect()
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
 
     async def wait(self) -> int | None:
         """Wait until it ended; its exit code (None if the server is gone: then this
@@ -71,22 +57,14 @@ class ForkServer(ServerEnd):
     async def start(cls, module: str, log: Path, grace_s: float = CHILDREN_GRACE_S) -> ForkServer:
         """Start a server for `module`, its standard error appended to `log`; at its end
         it gives the children left `grace_s` to end before it signals them."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            with log.open("ab") as stderr:
-                process = await trio.lowlevel.open_process(
-                    server_command(module, theirs.fileno(), grace_s),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=stderr,
-                    pass_fds=(theirs.fileno(),),
-                )
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        ours.setblocking(False)
+        with control_pair() as (ours, theirs), log.open("ab") as stderr:
+            process = await trio.lowlevel.open_process(
+                server_command(module, theirs, grace_s),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                pass_fds=(theirs,),
+            )
         return cls(module, process, ours, log, grace_s)
 
     async def spawn(self, stderr: Path) -> ForkedProcess:
@@ -138,11 +116,6 @@ class ForkServer(ServerEnd):
         """The server's next message (exit reports are noted); None once it is gone."""
         while not self._ended:
             await trio.lowlevel.wait_readable(self._control)
-            try:
-                data = self._control.recv(MESSAGE_SIZE)
-            except BlockingIOError:
-                continue
-            except OSError:
-                data = b""
-            return self._take(data)
+            if (data := self._recv()) is not None:
+                return self._take(data)
         return None
