@@ -6,9 +6,9 @@ the owner on trio.
 
 Started the usual way, every broker or replay client is a new interpreter that
 imports trio, msgpack, our packages (and the clients pyarrow and numpy) again: a
-quarter to half a second of CPU each, and a replay of 15 brokers and 24 client
-processes starting at once kept this host's 2 cores busy for seconds. A child forked
-from the server has all of it already.
+quarter to half a second of CPU each, and the 15 brokers and 24 client processes of a
+replay, starting at once, keep a 2-core host busy for seconds. A child forked from the
+server has all of it already.
 
 The server only forks and reaps. Each request is a JSON object (``{"argv": [...]}``,
 the child's arguments) with the child's standard input, output and error as file
