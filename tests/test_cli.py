@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from broker.forkserver import CHILDREN_GRACE_S
 from broker.local_network import REPO, Network
 from broker.probe import fetch_stats
 from client.cli import attributes as _attributes
 from client.cli import value as _value
 from hop.command import HOP, run_hop
+from tests.processes import parent_of, running, running_after
 
 
 def test_bad_topology_file_exits_2_naming_file_and_field(tmp_path: Path) -> None:
@@ -107,6 +109,36 @@ def test_hop_net_stops_every_broker_on_sigterm(tmp_path: Path) -> None:
     net = Network.from_file("chain5", tmp_path)
     addresses = [net.address(b) for b in range(1, 6)]
     assert stopped_by_sigterm(["net", str(net.file)], addresses) == 0
+
+
+@pytest.mark.integration
+def test_brokers_outlive_a_killed_hop_net_by_the_fork_servers_grace_only(tmp_path: Path) -> None:
+    """`hop net` forks its brokers from a fork server: SIGKILLed, it cannot stop them,
+    but its end ends the server's socket, and the server stops them after its grace."""
+    net = Network.from_file("chain5", tmp_path)
+    addresses = [net.address(b) for b in range(1, 6)]
+    proc = subprocess.Popen(
+        [*HOP, "net", str(net.file)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(pids) < len(addresses):
+            try:
+                pids = [fetch_stats(*address, timeout=1)["pid"] for address in addresses]
+            except OSError:
+                time.sleep(0.1)
+        assert len(pids) == len(addresses)
+        server = parent_of(pids[0])
+        assert server is not None and parent_of(server) == proc.pid
+        proc.kill()
+        proc.wait()
+        assert running_after(pids, 5.0) == pids  # within the grace, they serve on
+        assert running_after([*pids, server], CHILDREN_GRACE_S + 10) == []
+    finally:
+        for pid in pids:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.integration
