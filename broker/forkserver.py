@@ -434,9 +434,6 @@ class ForkedChild(ServerChild["BlockingForkServer"]):
             raise subprocess.TimeoutExpired(f"forked child {self.pid}", timeout)
         return code
 
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 

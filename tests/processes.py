@@ -7,20 +7,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from broker.forkserver import alive
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (state first), or None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rpartition(")")[2].split()
-
-
-def running(pid: int) -> bool:
-    """Whether `pid` is a process that has not exited (a zombie has)."""
-    fields = _stat_fields(pid)
-    return fields is not None and fields[0] != "Z"
+running = alive
+"""Whether `pid` is a process that has not exited (a zombie has)."""
 
 
 def running_after(pids: list[int], seconds: float) -> list[int]:
@@ -32,8 +22,11 @@ def running_after(pids: list[int], seconds: float) -> list[int]:
 
 
 def parent_of(pid: int) -> int | None:
-    fields = _stat_fields(pid)
-    return None if fields is None else int(fields[1])
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rpartition(")")[2].split()[1])
 
 
 def cmdline(pid: int) -> str:

@@ -75,6 +75,19 @@ def test_hop_net_reports_a_taken_port(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr, result.stderr
 
 
+def broker_pids(addresses: list[tuple[str, int]], timeout: float) -> list[int]:
+    """The PIDs of the brokers at `addresses`, once every one answers (within `timeout`)."""
+    deadline = time.monotonic() + timeout
+    pids: list[int] = []
+    while time.monotonic() < deadline and len(pids) < len(addresses):
+        try:
+            pids = [fetch_stats(*address, timeout=1)["pid"] for address in addresses]
+        except OSError:
+            time.sleep(0.1)
+    assert len(pids) == len(addresses)
+    return pids
+
+
 def stopped_by_sigterm(
     args: list[str], addresses: list[tuple[str, int]], timeout: float = 30
 ) -> int:
@@ -84,14 +97,7 @@ def stopped_by_sigterm(
         [*HOP, *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        deadline = time.monotonic() + timeout
-        pids: list[int] = []
-        while time.monotonic() < deadline and len(pids) < len(addresses):
-            try:
-                pids = [fetch_stats(*address, timeout=1)["pid"] for address in addresses]
-            except OSError:
-                time.sleep(0.1)
-        assert len(pids) == len(addresses)
+        pids = broker_pids(addresses, timeout)
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=20)
         for pid in pids:  # every broker process is gone
@@ -122,13 +128,7 @@ def test_brokers_outlive_a_killed_hop_net_by_the_fork_servers_grace_only(tmp_pat
     )
     pids: list[int] = []
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(pids) < len(addresses):
-            try:
-                pids = [fetch_stats(*address, timeout=1)["pid"] for address in addresses]
-            except OSError:
-                time.sleep(0.1)
-        assert len(pids) == len(addresses)
+        pids = broker_pids(addresses, 30)
         server = parent_of(pids[0])
         assert server is not None and parent_of(server) == proc.pid
         proc.kill()
