@@ -7,7 +7,7 @@ its phases, stops everything and checks the traces. With a measured phase of a
 couple of seconds, what is left is that fixed cost. Each round runs ``python -m hop
 replay STUDY --duration D --warmup 0 --quiet`` from a checkout, timing its wall
 clock and the CPU time of the whole process tree (the command's and every process it
-started and waited for: `os.wait4`).
+started and waited for: `os.wait4`), and of the command alone.
 
 ``--against REV`` checks REV out in a temporary git worktree and runs both checkouts
 in alternation, taking turns to go first; each round pairs them (this checkout's over
@@ -60,7 +60,7 @@ def replay_once(
             start = time.monotonic()
             proc = subprocess.Popen(cmd, cwd=checkout, stdout=out, stderr=subprocess.STDOUT)
             try:
-                _, status, usage = _wait4(proc, REPLAY_TIMEOUT_S)
+                own_s, status, usage = _wait4(proc, REPLAY_TIMEOUT_S)
             except BaseException:  # a timeout, Ctrl-C or SIGTERM: the replay stops its own
                 proc.terminate()
                 proc.wait(60)
@@ -69,20 +69,33 @@ def replay_once(
         if os.waitstatus_to_exitcode(status) != 0:
             tail = log.read_text(errors="replace").strip()[-2000:]
             raise RuntimeError(f"hop replay from {checkout} failed: {tail}")
-    return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2)}
+    return {
+        "wall_s": round(wall, 2),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "cpu_command_s": round(own_s, 2),
+    }
 
 
-def _wait4(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[int, int, Any]:
-    """`os.wait4` of ``proc`` (its resource use includes the processes it waited for),
-    polling so that a stuck replay ends in TimeoutError and signals are handled."""
+def _wait4(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[float, int, Any]:
+    """Once ``proc`` has ended: its own CPU seconds (read before it is reaped), and its
+    `os.wait4` status and resource use (which includes the processes it waited for);
+    polling, so that a stuck replay ends in TimeoutError and signals are handled."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid == proc.pid:
+        if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            own_s = _own_cpu_s(proc.pid)
+            _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
-            return pid, status, usage
+            return own_s, status, usage
         time.sleep(0.05)
     raise TimeoutError(f"hop replay ran over {timeout_s} s")
+
+
+def _own_cpu_s(pid: int) -> float:
+    """The user and system CPU seconds of the process `pid` itself, not its children
+    (/proc/PID/stat's utime and stime, still there while it is a zombie)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _measure(key: str) -> Callable[[dict[str, Any]], float]:
