@@ -40,6 +40,7 @@ from bench.common import (
 )
 from broker.local_network import REPO
 from broker.process import unwind_on_sigterm
+from broker.procfs import process_stat
 
 MEASURES = ("wall_s", "cpu_s")
 REPLAY_TIMEOUT_S = 600.0
@@ -94,7 +95,9 @@ def _wait4(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[float, int,
 def _own_cpu_s(pid: int) -> float:
     """The user and system CPU seconds of the process `pid` itself, not its children
     (/proc/PID/stat's utime and stime, still there while it is a zombie)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    fields = process_stat(pid)
+    if fields is None:
+        raise RuntimeError(f"process {pid} is gone before it was reaped")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

@@ -48,6 +48,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any, Generic, TypeVar
 
+from broker.procfs import process_stat
+
 MESSAGE_SIZE = 65536  # a request's JSON (its argv) or a report
 CHILDREN_GRACE_S = 10.0  # after the owner's end, before the children left get SIGTERM
 ANSWER_TIMEOUT_S = 30.0  # for the server's answer to a request (it forks at once)
@@ -234,11 +236,6 @@ def control_pair() -> Iterator[tuple[socket.socket, int]]:
     ours.setblocking(False)
 
 
-def encode_request(argv: Sequence[str]) -> bytes:
-    """A request for a child with arguments `argv` (its descriptors go beside it)."""
-    return json.dumps({"argv": list(argv)}).encode()
-
-
 class ServerEnd:
     """What an owner knows of its server: the exit codes it reported, and whether it
     has ended. The control socket is non-blocking; the owners wait on it their way."""
@@ -260,6 +257,13 @@ class ServerEnd:
         """Take in the exit reports the server has sent, without waiting."""
         while not self._ended and (data := self._recv()) is not None:
             self._take(data)
+
+    def _request(self, argv: Sequence[str], fds: Sequence[int]) -> None:
+        """Ask for a child with arguments `argv` on the descriptors `fds` (its standard
+        input, output and error), once the socket takes it. A server gone is not told
+        here but by the answer awaited next (`_answer`)."""
+        with contextlib.suppress(OSError):
+            socket.send_fds(self._control, [json.dumps({"argv": list(argv)}).encode()], fds)
 
     def _recv(self) -> bytes | None:
         """The server's next message if one is there (None if not; b"" at its end)."""
@@ -341,8 +345,7 @@ class BlockingForkServer(ServerEnd):
         deadline = time.monotonic() + ANSWER_TIMEOUT_S
         if not self._ended:
             select.select([], [self._control], [], ANSWER_TIMEOUT_S)
-            with contextlib.suppress(OSError):  # a server gone is told below
-                socket.send_fds(self._control, [encode_request(argv)], [stdin, stdout, stderr])
+            self._request(argv, [stdin, stdout, stderr])
         while True:
             try:
                 message = self._next(deadline)
@@ -491,11 +494,8 @@ class PipedChild:
 def alive(pid: int) -> bool:
     """Whether the process `pid` runs: it exists and is not a zombie (one not ours to
     reap, whose parent may never reap it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    fields = process_stat(pid)
+    return fields is not None and fields[0] != b"Z"
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from broker.forkserver import (
     ServerEnd,
     alive,
     control_pair,
-    encode_request,
     server_command,
 )
 
@@ -77,8 +76,7 @@ class ForkServer(ServerEnd):
                 async with self._lock:
                     if not self._ended:
                         await trio.lowlevel.wait_writable(self._control)
-                        with contextlib.suppress(OSError):  # a server gone is told below
-                            socket.send_fds(self._control, [encode_request([])], fds)
+                        self._request([], fds)
                     while (pid := self._answer(await self._receive())) is None:
                         pass
             except BaseException:

@@ -31,13 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from broker.procfs import PROC, stat_fields
+
 OTHER_CPU_LIMIT_CORES = 0.2
 """Cores that processes outside the run may use on average in a judged phase before the
 run is marked disturbed (docs/accuracy.md)."""
 
 SAMPLE_INTERVAL_S = 0.5
 JUDGED_PHASES = ("warmup", "measure")
-PROC = Path("/proc")
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
@@ -60,16 +61,6 @@ def host_busy_seconds(proc: Path = PROC) -> tuple[float, float]:
     return (user + nice + system + irq + softirq + steal) * TICK_S, steal * TICK_S
 
 
-def _stat_fields(path: str) -> list[bytes] | None:
-    """The fields of /proc/PID/stat after the command name (field 3 onwards)."""
-    try:
-        with open(path, "rb") as f:
-            text = f.read()
-    except OSError:  # the process exited meanwhile
-        return None
-    return text.rsplit(b")", 1)[1].split()
-
-
 def tree_cpu_seconds(root: int, proc: Path = PROC) -> float:
     """CPU seconds of `root` and all its descendants, each with its reaped children.
 
@@ -80,7 +71,7 @@ def tree_cpu_seconds(root: int, proc: Path = PROC) -> float:
     for name in os.listdir(proc):
         if not name.isdigit():
             continue
-        fields = _stat_fields(f"{proc}/{name}/stat")
+        fields = stat_fields(f"{proc}/{name}/stat")
         if fields is None:
             continue
         pid = name.encode()

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from broker.forkserver import alive
+from broker.procfs import process_stat
 
 running = alive
 """Whether `pid` is a process that has not exited (a zombie has)."""
@@ -22,11 +23,8 @@ def running_after(pids: list[int], seconds: float) -> list[int]:
 
 
 def parent_of(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rpartition(")")[2].split()[1])
+    fields = process_stat(pid)
+    return None if fields is None else int(fields[1])
 
 
 def cmdline(pid: int) -> str:

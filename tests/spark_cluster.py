@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from broker.procfs import stat_fields
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -36,11 +38,8 @@ def children(pid: int) -> list[int]:
     """PIDs whose parent is `pid` (the worker's executors)."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
+        fields = stat_fields(stat)
+        if fields is not None and int(fields[1]) == pid:
             found.append(int(stat.parent.name))
     return found
 
