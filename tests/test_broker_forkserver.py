@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from broker.forkserver import BlockingForkServer, ForkServerError, parse_request
+from broker.forkserver import (
+    ANSWER_TIMEOUT_S,
+    BlockingForkServer,
+    ForkServerError,
+    parse_request,
+)
 from broker.local_network import Network
 from broker.trace.schema import HOPS
 from tests.processes import children, cmdline, parent_of, running
@@ -117,6 +124,21 @@ def test_a_malformed_request_is_refused_with_what_is_wrong(
 ) -> None:
     with pytest.raises(ValueError, match=problem):
         parse_request(data, fds)
+
+
+def test_the_server_refuses_a_malformed_request_and_keeps_serving(tmp_path: Path) -> None:
+    server = BlockingForkServer.start("broker.cli", tmp_path / "server.log")
+    try:
+        socket.send_fds(server._control, [b"argv"], [0, 1, 2])
+        answer = server._next(time.monotonic() + ANSWER_TIMEOUT_S)
+        assert answer == {"error": "a request must be a JSON object, got b'argv'"}
+        with open(os.devnull, "rb") as devnull:
+            child = server.spawn(["--help"], devnull.fileno(), devnull.fileno(), 2)
+        assert child.wait(timeout=20) == 0
+    finally:
+        server.stop()
+    assert server.process.returncode == 0
+    assert (tmp_path / "server.log").read_text() == ""
 
 
 def test_a_request_gives_the_child_its_arguments() -> None:
