@@ -94,18 +94,16 @@ class Network:
         topology: Topology,
         workdir: Path,
         extra_args: Sequence[str] = (),
-        forked: bool = False,
     ) -> None:
-        """`extra_args` go to every `hop broker` (e.g. `--heartbeat 1`); with `forked`,
-        the brokers are forked from a fork server (`BrokerProcesses`)."""
+        """`extra_args` go to every `hop broker` (e.g. `--heartbeat 1`). The brokers are
+        forked from a fork server (`BrokerProcesses`), as `hop net` and a replay start
+        theirs."""
         self.topology = topology
         self.file = workdir / f"{topology.name}.toml"
         self.file.write_text(to_toml(topology))
         self.logs = workdir / "logs"
         self.credentials = ClientCredentials.for_network(topology)
-        self.procs = BrokerProcesses(
-            self.file, topology, extra_args, self.credentials, forked=forked
-        )
+        self.procs = BrokerProcesses(self.file, topology, extra_args, self.credentials, forked=True)
 
     @classmethod
     def from_file(
@@ -114,7 +112,6 @@ class Network:
         workdir: Path,
         routing: Routing | None = None,
         extra_args: Sequence[str] = (),
-        forked: bool = False,
     ) -> Network:
         """A shipped topology moved to free ports (and another strategy if given)."""
         topology = load_topology(REPO / "topologies" / f"{name}.toml")
@@ -129,7 +126,7 @@ class Network:
             routing=routing or topology.routing,
             name=f"{name}-{routing or topology.routing}",
         )
-        return cls(topology, workdir, extra_args, forked)
+        return cls(topology, workdir, extra_args)
 
     def address(self, broker_id: int) -> tuple[str, int]:
         return self.topology.address(broker_id)

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_forked_brokers_link_are_signalled_by_pid_restart_and_stop(tmp_path: Path) -> None:
-    net = Network.from_file("tree7", tmp_path, forked=True)
+    net = Network.from_file("tree7", tmp_path)
     try:
         net.start()  # each answers `stats` with the PID its owner was told
         procs = net.procs.procs
@@ -59,7 +59,7 @@ def test_forked_brokers_link_are_signalled_by_pid_restart_and_stop(tmp_path: Pat
 def test_a_forked_traced_broker_forks_its_trace_writer(tmp_path: Path) -> None:
     traces = tmp_path / "traces"
     net = Network.from_file(
-        "chain5", tmp_path, extra_args=["--trace-dir", str(traces), "--run-id", "t"], forked=True
+        "chain5", tmp_path, extra_args=["--trace-dir", str(traces), "--run-id", "t"]
     )
     try:
         net.start()
@@ -147,7 +147,7 @@ def test_a_request_gives_the_child_its_arguments() -> None:
 
 
 def test_brokers_whose_server_died_are_still_stopped_and_the_loss_told(tmp_path: Path) -> None:
-    net = Network.from_file("chain5", tmp_path, forked=True)
+    net = Network.from_file("chain5", tmp_path)
     try:
         net.start()
         pids = [p.pid for p in net.procs.procs.values()]
