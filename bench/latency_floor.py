@@ -1,10 +1,10 @@
 """How far the broker's latency at 500 events/s is from what a Python process can reach.
 
-``python -m bench.latency_floor [--rounds N] [--events N] [--out FILE]`` runs the
-``latency_500`` setting of `bench.client_api` (one trio publisher calling
+``python -m bench.latency_floor [--rounds N] [--events N] [--systems S ...] [--out FILE]``
+runs the ``latency_500`` setting of `bench.client_api` (one trio publisher calling
 ``await c.publish(event)``, one ``next_batch`` subscriber, 999 filler subscriptions,
-150-byte events, 500 events/s) against six systems, their order reversed every
-other round:
+150-byte events, 500 events/s) against seven systems (or those named), their order
+reversed every other round:
 
 * ``hop-trio``: ``hop broker``, as in `bench.client_api`;
 * ``floor-trio-route``: `bench.floor_relay` on trio, each event decoded and routed
@@ -13,6 +13,8 @@ other round:
 * ``floor-trio-decode``: the same, decoded but not routed;
 * ``floor-trio``: the same relay doing neither: the protocol, nothing more;
 * ``floor-epoll``: that relay on a plain `select.epoll` loop;
+* ``floor-epoll-route``: the routing relay on that loop: the least a broker whose
+  event connections were taken off trio would do;
 * ``mosquitto-gmqtt``: Mosquitto driven by gmqtt, the baseline of the client
   library's p50 target (skipped, with the reason recorded, if Mosquitto or gmqtt is
   missing).
@@ -20,9 +22,9 @@ other round:
 Each difference between neighbours is what one part of the broker's work adds to an
 event's latency (the rest of the broker's path, routing, decoding, trio's pass): the
 median and range of the per-round differences (the systems of a round ran one after
-the other). Reported per system: the p50 of every round, the median over rounds, and
-the broker process's CPU per event. Writes bench/results/latency_floor.json (or
-``--out``).
+the other); only those whose two systems both ran are reported. Reported per system:
+the p50 of every round, the median over rounds, and the broker process's CPU per
+event. Writes bench/results/latency_floor.json (or ``--out``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ SYSTEMS = (
     "floor-trio-decode",
     "floor-trio",
     "floor-epoll",
+    "floor-epoll-route",
     "mosquitto-gmqtt",
 )
 STOP_TIMEOUT_S = 5.0
@@ -55,8 +58,11 @@ DIFFERENCES = (  # (a, b, what a - b measures)
     ("floor-trio-route", "floor-trio-decode", "routing"),
     ("floor-trio-decode", "floor-trio", "decoding"),
     ("floor-trio", "floor-epoll", "trio's pass"),
+    ("floor-trio-route", "floor-epoll-route", "trio's pass, with decoding and routing"),
+    ("floor-epoll-route", "floor-epoll", "decoding and routing, off trio"),
     ("hop-trio", "mosquitto-gmqtt", "hop over Mosquitto + gmqtt"),
     ("floor-epoll", "mosquitto-gmqtt", "the bare relay over Mosquitto + gmqtt"),
+    ("floor-epoll-route", "mosquitto-gmqtt", "the routing relay off trio over Mosquitto + gmqtt"),
 )
 
 
@@ -150,9 +156,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10, help="rounds (default 10)")
     parser.add_argument("--events", type=int, default=2000, help="events per run (default 2000)")
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=SYSTEMS,
+                        help="the systems to run (default: all, in this order)")  # fmt: skip
     parser.add_argument("--out", type=Path, help="result file (default: latency_floor.json)")
     args = parser.parse_args(argv)
-    result = run(args.rounds, args.events)
+    result = run(args.rounds, args.events, tuple(args.systems))
     print(write_result("latency_floor", result, args.out))
     for system, value in result["p50_median_us"].items():
         cpu = result["broker_cpu_us_per_event"][system]
