@@ -1,5 +1,6 @@
 """A floor for the broker's latency: a process that speaks the broker's protocol to
-our clients but does no routing, run on trio or on a plain `select.epoll` loop.
+our clients but does no routing, run on trio, on a plain `select.epoll` loop, or on a
+thread per connection that blocks in ``recv`` (no event loop at all).
 
 It answers what a client needs answered (Hello, Subscribe, Unsubscribe, Flush, Ping;
 Bye ends the connection) and gives every event to the most recent subscription made
@@ -17,7 +18,10 @@ then dropped), ``route`` (decoded, and routed by a `routing.Router` that holds e
 subscription the relay was sent; the event goes to the newest subscription only if
 the router's decision names it).
 
-Run: ``python -m bench.floor_relay --loop {trio,epoll} --port PORT [--work WORK]``;
+On threads, one lock serialises the relay's state, as a broker whose connections read
+on threads of their own would guard its router.
+
+Run: ``python -m bench.floor_relay --loop {trio,epoll,thread} --port PORT [--work WORK]``;
 prints ``listening`` once it accepts connections; stopped by SIGTERM or SIGKILL, or by
 SIGINT in an orderly way (its exit hooks run: `bench.timeline_probe` writes its notes).
 """
@@ -30,6 +34,7 @@ import os
 import select
 import signal
 import socket
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -195,6 +200,32 @@ def run_epoll(port: int, work: str) -> None:
                 sock.close()
 
 
+def run_threads(port: int, work: str) -> None:
+    """The relay on a thread per connection: each blocks in ``recv``, so the kernel
+    wakes the reading thread itself; the relay's state is handled under one lock."""
+    listener = socket.create_server((HOST, port))
+    relay = Relay(work)
+    lock = threading.Lock()
+
+    def serve(sock: socket.socket) -> None:
+        peer = Peer(write_all(sock.fileno()))
+        with sock:
+            while True:
+                try:
+                    data = sock.recv(READ_SIZE)
+                except ConnectionError:
+                    return
+                with lock:
+                    if not data or not relay.received(peer, data):
+                        return
+
+    print("listening", flush=True)
+    while True:
+        sock, _ = listener.accept()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        threading.Thread(target=serve, args=(sock,), daemon=True).start()
+
+
 def run_trio(port: int, work: str) -> None:
     """The relay on trio, reading as the broker does (`broker.netio.receive_some`)."""
     relay = Relay(work)
@@ -223,9 +254,16 @@ def run_trio(port: int, work: str) -> None:
     trio.run(main)
 
 
+LOOPS: dict[str, Callable[[int, str], None]] = {
+    "trio": run_trio,
+    "epoll": run_epoll,
+    "thread": run_threads,
+}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--loop", choices=("trio", "epoll"), required=True)
+    parser.add_argument("--loop", choices=LOOPS, required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--work", choices=WORK, default="none", help="see the module doc")
     args = parser.parse_args(argv)
@@ -234,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     # KeyboardInterrupt: the orderly stop needs the default handler back.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        (run_trio if args.loop == "trio" else run_epoll)(args.port, args.work)
+        LOOPS[args.loop](args.port, args.work)
     except* KeyboardInterrupt:  # SIGINT (from trio, in a group): an orderly end
         pass
 

@@ -3,7 +3,7 @@
 ``python -m bench.latency_floor [--rounds N] [--events N] [--systems S ...] [--out FILE]``
 runs the ``latency_500`` setting of `bench.client_api` (one trio publisher calling
 ``await c.publish(event)``, one ``next_batch`` subscriber, 999 filler subscriptions,
-150-byte events, 500 events/s) against seven systems (or those named), their order
+150-byte events, 500 events/s) against eight systems (or those named), their order
 reversed every other round:
 
 * ``hop-trio``: ``hop broker``, as in `bench.client_api`;
@@ -15,6 +15,9 @@ reversed every other round:
 * ``floor-epoll``: that relay on a plain `select.epoll` loop;
 * ``floor-epoll-route``: the routing relay on that loop: the least a broker whose
   event connections were taken off trio would do;
+* ``floor-thread-route``: the routing relay on a thread per connection blocking in
+  ``recv``, under one lock: the least a broker whose connections read on threads of
+  their own would do;
 * ``mosquitto-gmqtt``: Mosquitto driven by gmqtt, the baseline of the client
   library's p50 target (skipped, with the reason recorded, if Mosquitto or gmqtt is
   missing).
@@ -50,6 +53,7 @@ SYSTEMS = (
     "floor-trio",
     "floor-epoll",
     "floor-epoll-route",
+    "floor-thread-route",
     "mosquitto-gmqtt",
 )
 STOP_TIMEOUT_S = 5.0
@@ -63,6 +67,8 @@ DIFFERENCES = (  # (a, b, what a - b measures)
     ("hop-trio", "mosquitto-gmqtt", "hop over Mosquitto + gmqtt"),
     ("floor-epoll", "mosquitto-gmqtt", "the bare relay over Mosquitto + gmqtt"),
     ("floor-epoll-route", "mosquitto-gmqtt", "the routing relay off trio over Mosquitto + gmqtt"),
+    ("floor-thread-route", "floor-epoll-route", "threads over the epoll loop, routing"),
+    ("floor-thread-route", "mosquitto-gmqtt", "the relay on threads over Mosquitto + gmqtt"),
 )
 
 

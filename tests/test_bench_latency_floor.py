@@ -17,7 +17,15 @@ from broker.protocol import PROTOCOL_VERSION, Hello, Ping, Publish, Subscribe, e
 
 @pytest.mark.parametrize(
     "system",
-    ["floor-trio", "floor-epoll", "floor-trio-decode", "floor-trio-route", "floor-epoll-route"],
+    [
+        "floor-trio",
+        "floor-epoll",
+        "floor-thread",
+        "floor-trio-decode",
+        "floor-trio-route",
+        "floor-epoll-route",
+        "floor-thread-route",
+    ],
 )
 def test_the_relay_delivers_to_the_newest_subscription(system: str, tmp_path: Path) -> None:
     """Every event, spliced (one frame a read) or decoded; with routing, only those
