@@ -1,6 +1,7 @@
 """A floor for the broker's latency: a process that speaks the broker's protocol to
-our clients but does no routing, run on trio, on a plain `select.epoll` loop, or on a
-thread per connection that blocks in ``recv`` (no event loop at all).
+our clients and does only as much of the broker's work as ``--work`` asks, run on
+trio, on a plain `select.epoll` loop, or on a thread per connection that blocks in
+``recv`` (no event loop at all).
 
 It answers what a client needs answered (Hello, Subscribe, Unsubscribe, Flush, Ping;
 Bye ends the connection) and gives every event to the most recent subscription made
