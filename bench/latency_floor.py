@@ -28,6 +28,11 @@ median and range of the per-round differences (the systems of a round ran one af
 the other); only those whose two systems both ran are reported. Reported per system:
 the p50 of every round, the median over rounds, and the broker process's CPU per
 event. Writes bench/results/latency_floor.json (or ``--out``).
+
+``python -m bench.latency_floor --table FILE [FILE ...]`` prints a Markdown table of
+result files side by side: per system and file, the median p50, then the median over
+rounds of the system's ratio to Mosquitto + gmqtt's p50 in the same round, and in how
+many rounds it was the lower.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.client_api import LOW_RATE, Broker, available, scenario
-from bench.common import REPO, alternating, median, write_result
+from bench.common import REPO, alternating, median, read_result, write_result
 from broker.local_network import free_base_port
 from broker.process import process_cpu_s
 
@@ -56,6 +61,15 @@ SYSTEMS = (
     "floor-thread-route",
     "mosquitto-gmqtt",
 )
+BASELINE = "mosquitto-gmqtt"
+LABELS = {  # a system's row in `table`
+    "floor-trio-route": "floor relay, trio, decoding and routing",
+    "floor-trio-decode": "floor relay, trio, decoding",
+    "floor-trio": "floor relay, trio",
+    "floor-epoll": "floor relay, epoll",
+    "floor-epoll-route": "floor relay, epoll, decoding and routing",
+    "floor-thread-route": "floor relay, threads, decoding and routing",
+}
 STOP_TIMEOUT_S = 5.0
 DIFFERENCES = (  # (a, b, what a - b measures)
     ("hop-trio", "floor-trio-route", "the rest of the broker's path"),
@@ -158,6 +172,39 @@ def run(rounds: int, events: int, systems: tuple[str, ...] = SYSTEMS) -> dict[st
     }
 
 
+def against_baseline(p50: list[float], baseline: list[float]) -> str:
+    """``ratio x, k of n``: the median over rounds of ``p50`` / ``baseline`` (paired by
+    round) and in how many of the rounds ``p50`` was the lower."""
+    ratios = [ours / theirs for ours, theirs in zip(p50, baseline, strict=True)]
+    lower = sum(ratio < 1 for ratio in ratios)
+    return f"{median(ratios):.2f}x, {lower} of {len(ratios)}"
+
+
+def table(files: list[Path]) -> str:
+    """Result files side by side (a column each, headed by its name): per system the
+    median p50 in us and, beside the baseline's rounds, `against_baseline`."""
+    results = [read_result(file) for file in files]
+    for file, result in zip(files, results, strict=True):
+        if not isinstance(result.get("p50_us"), dict):
+            raise ValueError(f"{file}: not a latency_floor result (no p50_us)")
+    present = [s for s in SYSTEMS if any(s in result["p50_us"] for result in results)]
+    names = [file.stem.removeprefix("latency_floor_") for file in files]
+    lines = ["| system | " + " | ".join(names) + " |", "|---" * (len(files) + 1) + "|"]
+    for system in present:
+        cells = []
+        for result in results:
+            p50 = result["p50_us"].get(system)
+            baseline = result["p50_us"].get(BASELINE)
+            if p50 is None:
+                cells.append("")
+            elif system == BASELINE or baseline is None:
+                cells.append(f"{median(p50):.0f}")
+            else:
+                cells.append(f"{median(p50):.0f}; {against_baseline(p50, baseline)}")
+        lines.append(f"| {LABELS.get(system, system)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10, help="rounds (default 10)")
@@ -165,7 +212,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=SYSTEMS,
                         help="the systems to run (default: all, in this order)")  # fmt: skip
     parser.add_argument("--out", type=Path, help="result file (default: latency_floor.json)")
+    parser.add_argument("--table", type=Path, nargs="+", metavar="RESULT",
+                        help="print the table of these result files and exit")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.table:
+        try:
+            print(table(args.table))
+        except ValueError as exc:
+            parser.exit(1, f"latency_floor: {exc}\n")
+        return
     result = run(args.rounds, args.events, tuple(args.systems))
     print(write_result("latency_floor", result, args.out))
     for system, value in result["p50_median_us"].items():

@@ -1,9 +1,11 @@
-"""bench.floor_relay speaks the protocol to our client on both loops and hands it every
-event, spliced or decoded; bench.latency_floor's short run reports every system's p50
-per round and the paired differences it names."""
+"""bench.floor_relay speaks the protocol to our client on each of its loops and hands it
+every event, spliced or decoded; bench.latency_floor's short run reports every system's
+p50 per round and the paired differences it names, and its table of result files is
+what docs/performance.md shows."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,48 @@ def test_a_short_run_reports_each_system_and_the_paired_differences() -> None:
         "median": median(paired),
         "range": [min(paired), max(paired)],
     }
+
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS_TABLES = [  # the result files of each latency_floor table in docs/performance.md
+    ["amd_e9e19e1", "amd_e9e19e1_b", "amd_861589e"],
+    [
+        "amd_epoll_route_b4fbaef_a",
+        "amd_epoll_route_b4fbaef_b",
+        "amd_epoll_route_4191f40",
+        "amd_threads_a620611_a",
+        "amd_threads_a620611_b",
+    ],
+]
+
+
+def test_the_docs_tables_are_the_tools_output_for_the_committed_files() -> None:
+    """docs/performance.md's side-by-side tables of the AMD runs are what
+    `python -m bench.latency_floor --table` prints for the files they name."""
+    doc = (REPO / "docs" / "performance.md").read_text()
+    for names in DOCS_TABLES:
+        files = [REPO / "bench" / "results" / f"latency_floor_{name}.json" for name in names]
+        assert latency_floor.table(files) in doc
+
+
+def test_the_table_pairs_each_round_with_the_baselines_and_leaves_absent_systems_blank(
+    tmp_path: Path,
+) -> None:
+    one, two = tmp_path / "latency_floor_one.json", tmp_path / "latency_floor_two.json"
+    one.write_text(json.dumps({"p50_us": {"hop-trio": [90.0, 120.0, 100.0],
+                                          "mosquitto-gmqtt": [100.0, 100.0, 100.0]}}))  # fmt: skip
+    two.write_text(json.dumps({"p50_us": {"floor-epoll": [50.0, 80.0]}}))
+    assert latency_floor.table([one, two]).splitlines() == [
+        "| system | one | two |",
+        "|---|---|---|",
+        "| hop-trio | 100; 1.00x, 1 of 3 |  |",  # ratios 0.9, 1.2, 1.0: one lower
+        "| floor relay, epoll |  | 65 |",  # no baseline in that file: the p50 alone
+        "| mosquitto-gmqtt | 100 |  |",
+    ]
+
+
+def test_a_file_that_is_no_latency_floor_result_is_named(tmp_path: Path) -> None:
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"systems": {}}))
+    with pytest.raises(ValueError, match=r"other\.json: not a latency_floor result"):
+        latency_floor.table([other])
