@@ -111,6 +111,7 @@ DOCS_TABLES = [  # the result files of each latency_floor table in docs/performa
         "amd_epoll_route_4191f40",
         "amd_threads_a620611_a",
         "amd_threads_a620611_b",
+        "amd_threads_52ccd98",
     ],
 ]
 
