@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.procfs import stat_fields
+from tests.processes import children
 
 
 def free_port() -> int:
@@ -34,18 +34,8 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60.
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
 
 
-def children(pid: int) -> list[int]:
-    """PIDs whose parent is `pid` (the worker's executors)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        fields = stat_fields(stat)
-        if fields is not None and int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop a daemon we started and any child it left, by PID."""
+    """Stop a daemon we started and any child it left (the worker's executors), by PID."""
     leftovers = children(proc.pid)
     proc.terminate()
     try:
