@@ -53,6 +53,7 @@ from broker.procfs import process_stat
 MESSAGE_SIZE = 65536  # a request's JSON (its argv) or a report
 CHILDREN_GRACE_S = 10.0  # after the owner's end, before the children left get SIGTERM
 ANSWER_TIMEOUT_S = 30.0  # for the server's answer to a request (it forks at once)
+OWNERS_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # the server's children's, not its own
 
 
 class ForkServerError(RuntimeError):
@@ -72,8 +73,10 @@ def serve(
     fork a child running its ``main()`` for each request on the socket `control_fd`,
     until the socket ends; then wait `grace_s` for the children left before signalling
     them."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Blocked, not ignored: a child inherits the mask and unblocks once its handlers
+    # are its own, so a signal sent the moment its PID is told waits for it. (An
+    # ignored signal would be dropped in that window.)
+    signal.pthread_sigmask(signal.SIG_BLOCK, OWNERS_SIGNALS)
     control = socket.socket(fileno=control_fd)
     module = importlib.import_module(module_name)
     for name in preload:
@@ -177,6 +180,7 @@ def _run_child(module: ModuleType, fds: list[int], argv: list[str]) -> None:
         for fd in fds:
             if fd > 2:
                 os.close(fd)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, OWNERS_SIGNALS)  # (on its own streams)
         sys.argv = [module.__file__ or module.__name__, *argv]
         try:
             result = module.main()

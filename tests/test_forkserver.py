@@ -58,6 +58,29 @@ async def test_children_run_the_module_on_their_own_pipes_and_report_how_they_en
 
 
 @pytest.mark.trio
+async def test_a_signal_sent_as_soon_as_the_pid_is_told_ends_the_child(tmp_path: Path) -> None:
+    """The server keeps SIGINT and SIGTERM from itself by blocking them, so a child that
+    has not yet set its own handlers holds such a signal until it has, instead of
+    dropping it (ignoring them had lost most of these)."""
+    server = await ForkServer.start("monitor.driver", tmp_path / "server.log")
+    try:
+        children = []
+        for n in range(8):
+            child = await server.spawn(tmp_path / f"child{n}.log")
+            child.send_signal(signal.SIGTERM if n % 2 else signal.SIGINT)
+            children.append(child)
+        with trio.fail_after(30):
+            codes = [await child.wait() for child in children]
+    finally:
+        for child in children:
+            await child.stdin.aclose()
+        await server.stop()
+    # SIGINT raises KeyboardInterrupt in the child, which ends with the traceback: 1.
+    assert codes == [1, -signal.SIGTERM] * 4
+    assert "KeyboardInterrupt" in (tmp_path / "child0.log").read_text()
+
+
+@pytest.mark.trio
 async def test_a_child_answers_on_its_standard_output(tmp_path: Path) -> None:
     """The JSON-lines exchange a replay has with each driver, through the pipes."""
     server = await ForkServer.start("monitor.driver", tmp_path / "server.log")
