@@ -61,10 +61,10 @@ async def test_children_run_the_module_on_their_own_pipes_and_report_how_they_en
 async def test_a_signal_sent_as_soon_as_the_pid_is_told_ends_the_child(tmp_path: Path) -> None:
     """The server keeps SIGINT and SIGTERM from itself by blocking them, so a child that
     has not yet set its own handlers holds such a signal until it has, instead of
-    dropping it (ignoring them had lost most of these)."""
+    dropping it as an ignored signal would be."""
     server = await ForkServer.start("monitor.driver", tmp_path / "server.log")
+    children: list[ForkedProcess] = []
     try:
-        children = []
         for n in range(8):
             child = await server.spawn(tmp_path / f"child{n}.log")
             child.send_signal(signal.SIGTERM if n % 2 else signal.SIGINT)
