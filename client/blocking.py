@@ -483,9 +483,9 @@ class Client:
 
 class Subscription:
     """A subscription of the blocking ``Client``: ``sub.next(timeout)`` or ``for event in
-    sub`` give the attributes of each delivered event; iteration ends when the
-    subscription is unsubscribed (after what was already received) or the client is
-    closed or loses its connection.
+    sub`` give the attributes of each delivered event; once what was already received
+    is taken, iteration ends if the subscription is unsubscribed or the client closed,
+    and raises ``ConnectionLost`` if the connection was lost.
 
     The queue is unbounded: the application must consume what it subscribes to.
     Deliveries reach it from the trio thread without a call into that thread.
@@ -519,12 +519,10 @@ class Subscription:
     def next_delivery(self, timeout: float | None = None) -> Delivery:
         """The next delivery, waiting at most ``timeout`` seconds (None: no limit).
 
-        Raises the builtin ``TimeoutError`` when none comes in time, ``SubscriptionClosed``
-        once unsubscribed and drained, ``ConnectionLost`` once the client is closed or
-        its connection lost (and what was received is consumed).
+        Raises the builtin ``TimeoutError`` when none comes in time; once what was
+        received is consumed, ``SubscriptionClosed`` if unsubscribed, ``ClientClosed`` if
+        the client is closed, ``ConnectionLost`` if its connection was lost.
         """
-        if self._client._closed:
-            raise ClientClosed("the client is closed")
         if self._handled:
             raise self._inner._handled()
         try:

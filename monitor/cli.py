@@ -56,10 +56,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from monitor.analysis import analyze
+    from monitor.analysis import analyze, findings
 
     summary = analyze(Path(args.run_dir), master=args.master, window=args.window)
     print(json.dumps(summary, indent=2, default=str))
+    for line in findings(summary):
+        logs.say(f"hop analyze: {line}")
     return EXIT_OK
 
 

@@ -125,6 +125,20 @@ def test_unsubscribe_stops_delivery_and_ends_iteration(thread_broker: FakeBroker
     assert thread_broker.kinds().count(Unsubscribe) == 1
 
 
+def test_closing_ends_iteration_after_what_was_queued(thread_broker: FakeBroker) -> None:
+    async def scenario() -> list[int]:
+        async with connect(thread_broker) as c:
+            sub = await c.subscribe("family = 7")
+            await c.publish_many([{"family": 7, "n": 0}, {"family": 7, "n": 1}])
+            await c.flush()
+        got = [event["n"] async for event in sub]
+        with pytest.raises(client.ClientClosed):
+            await sub.next()
+        return got
+
+    assert run(scenario) == [0, 1]
+
+
 def test_invalid_filters_and_events_raise_before_sending(thread_broker: FakeBroker) -> None:
     async def scenario() -> None:
         async with connect(thread_broker) as c:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import hop.cli
 from broker.forkserver import CHILDREN_GRACE_S
 from broker.local_network import REPO, Network
 from broker.probe import fetch_stats
@@ -52,6 +54,26 @@ def test_a_folder_that_is_not_a_run_exits_2_naming_the_manifest(
     result = run_hop(command, str(tmp_path))
     assert result.returncode == 2, result.stderr
     assert f"{tmp_path / 'manifest.json'}: " in result.stderr
+
+
+def test_hop_analyze_tells_what_it_could_not_read_on_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The summary goes to stdout as JSON; its problems and warnings are also said on
+    stderr, where a user sees them (an analysis that read only part of a trace file
+    still writes its tables)."""
+    summary = {
+        "problems": ["hops-broker3-910.arrow: truncated after 100 rows (...); rows kept"],
+        "warnings": ["class (callForOffers, pub1) at broker 3: solved visit ratio ..."],
+    }
+    monkeypatch.setattr("monitor.analysis.analyze", lambda run_dir, master, window: summary)
+    assert hop.cli.main(["analyze", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == summary
+    assert err.splitlines() == [
+        f"hop analyze: problem: {summary['problems'][0]}",
+        f"hop analyze: warning: {summary['warnings'][0]}",
+    ]
 
 
 def test_attribute_values_from_the_command_line() -> None:

@@ -147,6 +147,17 @@ async def test_unsubscribe_stops_delivery_and_ends_iteration(broker: FakeBroker)
 
 
 @pytest.mark.trio
+async def test_closing_ends_iteration_after_what_was_queued(broker: FakeBroker) -> None:
+    async with connect(broker) as c:
+        sub = await c.subscribe("family = 7")
+        await c.publish_many([{"family": 7, "n": 0}, {"family": 7, "n": 1}])
+        await c.flush()
+    assert [event["n"] async for event in sub] == [0, 1]
+    with pytest.raises(client.ClientClosed):
+        await sub.next()
+
+
+@pytest.mark.trio
 async def test_invalid_filters_and_events_raise_before_sending(broker: FakeBroker) -> None:
     async with connect(broker) as c:
         with pytest.raises(FilterSyntaxError):
@@ -1024,14 +1035,16 @@ def test_blocking_connection_loss_raises_from_iteration(thread_broker: FakeBroke
         assert not isinstance(lost.value, client.ClientClosed)
 
 
-def test_blocking_close_ends_iteration(thread_broker: FakeBroker) -> None:
+def test_blocking_close_ends_iteration_after_what_was_queued(thread_broker: FakeBroker) -> None:
     c = blocking(thread_broker)
     sub = c.subscribe("family = 7")
-    c.publish({"family": 7, "n": 0})
+    c.publish_many([{"family": 7, "n": 0}, {"family": 7, "n": 1}, {"family": 7, "n": 2}])
     c.flush()
     assert sub.next(timeout=5)["n"] == 0
     c.close()
-    assert list(sub) == []
+    assert [event["n"] for event in sub] == [1, 2]
+    with pytest.raises(client.ClientClosed):
+        sub.next(timeout=1)
 
 
 def test_blocking_invalid_input_raises_before_sending(thread_broker: FakeBroker) -> None:
@@ -1076,7 +1089,7 @@ def test_blocking_close_leaves_no_threads(thread_broker: FakeBroker) -> None:
     c.close()  # idempotent
     with pytest.raises(client.ConnectionLost):
         c.publish({"family": 7})
-    assert list(sub) == []  # what was not yet taken ends with the client
+    assert list(sub) == [{"family": 7}]  # what was received, then the end
 
 
 def test_blocking_connect_errors(thread_broker: FakeBroker) -> None:

@@ -3,6 +3,8 @@
 * every relative link in README.md and docs/*.md names a file of the repository, and an
   anchor in such a link names a heading of the Markdown file it points to;
 * README.md stays a front door (under 300 lines), the details living in docs/;
+* every option of every `hop` command is in docs/design.md's command-line section, as
+  README.md promises, and the `[deployment]` example of docs/across-hosts.md loads;
 * no tracked source, topology or Markdown file points outside the repository: no path
   into a sibling folder, no section number of a design document a clone does not have,
   no tracker issue number. bench/HISTORY.md, the dated record of benchmark runs, is
@@ -11,6 +13,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 from pathlib import Path
@@ -143,6 +146,52 @@ def test_docs_are_linked_from_the_readme() -> None:
 
 def test_readme_is_short() -> None:
     assert len(_readme().splitlines()) < README_MAX_LINES
+
+
+def section(markdown: Path, heading: str) -> str:
+    """The text under the `## heading` of `markdown`, up to the next `## ` heading."""
+    text = markdown.read_text()
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def undocumented_options(parser: argparse.ArgumentParser, text: str) -> list[str]:
+    """`COMMAND --option` for each long option of the parser's commands not in `text`."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return [
+        f"{name} {option}"
+        for name, command in commands.choices.items()
+        for action in command._actions
+        for option in action.option_strings
+        if option.startswith("--") and option != "--help" and option not in text
+    ]
+
+
+def test_every_hop_option_is_in_the_command_line_section() -> None:
+    import hop.cli
+
+    text = section(REPO / "docs" / "design.md", "The hop command line")
+    assert undocumented_options(hop.cli.build_parser(), text) == []
+    assert undocumented_options(hop.cli.build_parser(), "") != []  # it sees the options
+
+
+def toml_blocks(markdown: Path) -> list[str]:
+    """The text of each ```toml fenced block of `markdown`."""
+    return re.findall(r"^```toml\n(.*?)^```", markdown.read_text(), re.MULTILINE | re.DOTALL)
+
+
+def test_the_deployment_example_loads_beside_a_shipped_case_study(tmp_path: Path) -> None:
+    from topologies import load_case_study
+
+    (example,) = [b for b in toml_blocks(REPO / "docs" / "across-hosts.md") if "[deployment]" in b]
+    study = tmp_path / "tree7-deployed.toml"
+    study.write_text((REPO / "topologies" / "tree7.toml").read_text() + "\n" + example)
+    deployment = load_case_study(study).deployment
+    assert [(p.host, p.publishers, p.subscribers) for p in deployment.processes] == [
+        ("lab5", (1, 2), (3,))
+    ]
+    assert deployment.host("lab5").address == "10.0.0.5"
 
 
 def test_nothing_points_outside_the_repository() -> None:

@@ -201,6 +201,7 @@ def test_a_users_code_is_type_checked_against_the_installed_libraries(
 
 
 @pytest.mark.integration
+@pytest.mark.needs("java")  # hop analyze runs Spark
 def test_the_installed_hop_runs_the_pipeline_from_outside_the_checkout(
     venv: Path, tmp_path: Path
 ) -> None:

@@ -115,6 +115,7 @@ copy_from = "cp -r {{path}}/. {{dest}}"
     return path
 
 
+@pytest.mark.needs("java")  # hop analyze runs Spark
 def test_netns_replay_across_three_hosts_then_analyze_and_predict(
     hosts: None, tmp_path: Path
 ) -> None:

@@ -57,8 +57,8 @@ def test_the_command_line_loads_what_a_command_needs_only_when_it_runs() -> None
 
 
 def test_the_client_package_loads_asyncio_only_for_the_asyncio_client() -> None:
-    """`import client` (every trio program, `hop pub` and `hop sub`) leaves asyncio out;
-    the asyncio client's names load it."""
+    """`import client` (every trio program) leaves asyncio out; the asyncio client's
+    names load it."""
     loaded = _run(
         "import sys, client\n"
         "print('asyncio' in sys.modules)\n"

@@ -29,7 +29,7 @@ HOPS = pa.schema(
         ("event_type", pa.string()),
         ("publisher", pa.string()),
         ("broker", pa.string()),
-        ("from_node", pa.string()),  # "broker:N" or "client:NAME"
+        ("from_node", pa.string()),  # a broker's id ("3") or "client:NAME"
         ("to_nodes", _strings),  # broker ids the event was forwarded to
         ("delivered_to", _strings),  # client names it was delivered to
         ("decision", pa.string()),  # "routed" | "dropped"

@@ -213,6 +213,14 @@ def _visit_ratio_warnings(visit_ratios: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def findings(summary: dict[str, Any]) -> list[str]:
+    """The summary's problems (trace files unreadable or cut short) and warnings, a line
+    each, for the user's terminal: the tables were written, but from what could be read."""
+    return [f"problem: {line}" for line in summary["problems"]] + [
+        f"warning: {line}" for line in summary["warnings"]
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line (also the spark-submit entry): exit 0 when done, 2 on bad input
     (with a one-line message); other errors propagate."""
@@ -242,8 +250,6 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary['used']['events']} events in the {args.window} window; "
         f"results in {summary['outputs']}"
     )
-    for line in summary["problems"]:
-        logs.say(f"problem: {line}")
-    for line in summary["warnings"]:
-        logs.say(f"warning: {line}")
+    for line in findings(summary):
+        logs.say(line)
     return 0
