@@ -648,6 +648,29 @@ class Layout:
         return out
 
 
+def trace_findings(layout: Layout) -> pd.DataFrame | None:
+    """What `hop analyze` could not read (a trace file unreadable or cut short) or could
+    not reconcile (visit ratios) in each run of the report, a row each, from the runs'
+    analysis summaries; None when there is nothing to say."""
+    rows = []
+    for label, path in layout.labelled():
+        summary_path = path / "analysis" / "summary.json"
+        if summary_path.exists():
+            summary = json.loads(summary_path.read_text())
+            rows += [(label, "problem", line) for line in summary.get("problems", [])]
+            rows += [(label, "warning", line) for line in summary.get("warnings", [])]
+    return pd.DataFrame(rows, columns=["run", "kind", "what"]) if rows else None
+
+
+TRACE_FINDINGS_TEXT = (
+    "What the analysis of these runs could not read or reconcile. A problem is a trace "
+    "file that could not be read, or was cut short: its missing rows are missing from "
+    "every figure of this report. A warning is a class whose visit ratios, solved from "
+    "the routing probabilities, differ from those counted in the traces: the model "
+    "routes that class otherwise than the traces show."
+)
+
+
 def _prediction_summary(calibration: Path) -> dict[str, Any] | None:
     """`hop predict`'s summary in ``calibration``, None where nothing was predicted."""
     path = calibration / "analysis" / "predictions_summary.json"
@@ -759,6 +782,13 @@ def render(run_dir: Path) -> tuple[Path, Path, str]:
         sentence = other_load_sentence(*elsewhere)
         sections = build_sections(measured, None, None, load)
         sections.insert(1, predictions_section(predictions[0], elsewhere[0]))
+    findings = trace_findings(layout)
+    if findings is not None:
+        sentence += (
+            f" The analysis could not read or reconcile every trace ({len(findings)} "
+            "findings, listed in the report)."
+        )
+        sections.insert(0, Section("Trace problems", TRACE_FINDINGS_TEXT, table=findings))
     header = header_rows(measured, runs, simulation_rows(layout))
     title = (
         f"hop validation report: {measured.manifest['case_study']['name']} ({scenario or 'base'})"

@@ -37,6 +37,7 @@ from monitor.report import (
     predictions_section,
     simulation_rows,
     summary_sentence,
+    trace_findings,
 )
 from monitor.spark import C1_ONLY
 from monitor.validate import (
@@ -550,6 +551,28 @@ def test_predictions_at_another_load_are_shown_per_broker_in_order_and_per_pair(
     assert list(section.table.columns) == ["kind", "entity", "predicted", "mm1", "sim"]
     assert list(section.table["entity"]) == ["1", "2", "10", "pub1>sub1"]
     assert list(section.table["sim"]) == [1.0, 2.0, 10.0, 1.5]
+
+
+def test_report_lists_what_the_analysis_could_not_read_per_run(tmp_path: Path) -> None:
+    """A report built on traces the analysis read only in part says so, run by run."""
+    runs = {"calibration": ["hops-broker3-1.arrow: truncated after 100 rows (...)"], "m": []}
+    for name, problems in runs.items():
+        (tmp_path / name / "analysis").mkdir(parents=True)
+        summary = {"problems": problems, "warnings": [f"class (t, pub1) at broker 2: {name}"]}
+        (tmp_path / name / "analysis" / "summary.json").write_text(json.dumps(summary))
+    layout = Layout([tmp_path / "calibration"], [[]], [tmp_path / "m"])
+    findings = trace_findings(layout)
+    assert findings is not None
+    assert findings.values.tolist() == [
+        ["calibration run", "problem", "hops-broker3-1.arrow: truncated after 100 rows (...)"],
+        ["calibration run", "warning", "class (t, pub1) at broker 2: calibration"],
+        ["measurement run", "warning", "class (t, pub1) at broker 2: m"],
+    ]
+    for name in runs:
+        (tmp_path / name / "analysis" / "summary.json").write_text(
+            json.dumps({"problems": [], "warnings": []})
+        )
+    assert trace_findings(layout) is None
 
 
 def test_report_names_the_disturbed_replays() -> None:

@@ -62,7 +62,7 @@ from monitor.analysis.window import WINDOWS, Window, run_window
 from monitor.spark import jit_options, session_jit, spark_session
 from monitor.traces import TraceError
 
-__all__ = ["TOLERANCE", "TraceError", "analyze", "main"]
+__all__ = ["TOLERANCE", "TraceError", "analyze", "findings", "main"]
 
 TOLERANCE = 0.05  # solved vs counted visit ratios further apart than this are reported
 STAGED = "staged_traces"
