@@ -32,10 +32,12 @@ Ping; a link whose peer has sent nothing at all (Pong or anything else) for
 not count as silence.
 
 Drops and the trace: when a routing decision names a link that is not connected
-(the parent link is down, a child or client went away) or a client's full queue
-under the `drop` policy, the event's `hops` row has decision "dropped" and its
-`drop_reason` lists every target that missed it, comma-separated, as
-`link-down:LINK` or `queue-full:LINK` (LINK is `broker:N` or `client:NAME#K`);
+(the parent link is down, a child or client went away), a client's full queue under
+the `drop` policy, or a target the event's frame would reach over `max_frame` (its
+path and a Deliver's sub ids grow it), the event's `hops` row has decision "dropped"
+and its `drop_reason` lists every target that missed it, comma-separated, as
+`link-down:LINK`, `queue-full:LINK` or `too-large:LINK` (LINK is `broker:N` or
+`client:NAME#K`);
 `to_nodes` and `delivered_to` still list the targets that did get it. An event that
 already passed this broker is dropped whole with reason `cycle`. Stats count
 `events_dropped` (events missed by at least one target) and `drops` per reason.
@@ -61,7 +63,7 @@ import os
 import random
 import ssl
 import time
-from collections.abc import Awaitable, Hashable
+from collections.abc import Awaitable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,7 +124,7 @@ _CLOSED = ("", "")  # the link ended without a problem to report
 _CLOSED_IN_HANDSHAKE = "connection closed during the handshake"  # (a port probe, say)
 HANDSHAKE_TIMEOUT_S = 10.0
 QUEUE_POLICIES = ("block", "drop")
-DROP_REASONS = ("cycle", "link-down", "queue-full")
+DROP_REASONS = ("cycle", "link-down", "queue-full", "too-large")
 
 
 @dataclass
@@ -725,9 +727,12 @@ class Broker:
             for target, sub_ids in deliver_to.items():
                 found = links.get(target)
                 if found is not None and not found.queue.closed:
-                    frame = found.conn.send_encoded(
-                        Deliver, self._frames.deliver_received(event, payload, sub_ids)
-                    )
+                    try:
+                        frame = found.conn.send_encoded(
+                            Deliver, self._frames.deliver_received(event, payload, sub_ids)
+                        )
+                    except ProtocolError:  # over max_frame: the way below drops it
+                        break
                     if found.queue.put_nowait(frame):
                         found.counters.events_out += 1
                         if tracer is not None:
@@ -743,29 +748,43 @@ class Broker:
         sends: list[tuple[Link, bytes]] = []
         missed: list[str] = []  # "REASON:LINK" of each target that does not get it
         frames = self._frames
-        if decision.forward:  # the event is encoded once
-            frame = frames.publish_received(event, payload)
+        forwarded: bytes | None = None  # the event is encoded once for every broker
+        if decision.forward:
+            try:
+                forwarded = frames.publish_received(event, payload)
+            except ProtocolError as exc:
+                self._too_large(event, link, decision.forward, exc)
             for target in decision.forward:
                 found = links.get(target)
                 if found is None or found.queue.closed:
                     missed.append(f"link-down:{target}")
+                elif forwarded is None:
+                    missed.append(f"too-large:{target}")
                 else:
-                    sends.append((found, found.conn.send_encoded(Publish, frame)))
+                    sends.append((found, found.conn.send_encoded(Publish, forwarded)))
         # Each client numbers its subscriptions from 1, so many clients get Delivers
         # with the same sub ids: the same bytes, spliced once for consecutive ones.
         last_ids: list[int] | None = None
+        deliver: bytes | None = None
         for target, sub_ids in decision.deliver.items():
             found = links.get(target)
             if found is None or found.queue.closed:
                 missed.append(f"link-down:{target}")
-            else:
-                if sub_ids != last_ids:
+                continue
+            if sub_ids != last_ids:
+                try:
                     deliver = (
-                        frames.deliver(frame, sub_ids)
-                        if decision.forward
+                        frames.deliver(forwarded, sub_ids)
+                        if forwarded is not None
                         else frames.deliver_received(event, payload, sub_ids)
                     )
-                    last_ids = sub_ids
+                except ProtocolError as exc:
+                    deliver = None
+                    self._too_large(event, link, [target], exc)
+                last_ids = sub_ids
+            if deliver is None:
+                missed.append(f"too-large:{target}")
+            else:
                 sends.append((found, found.conn.send_encoded(Deliver, deliver)))
         blocked = []
         for out, frame in sends:
@@ -840,6 +859,21 @@ class Broker:
                 out.counters.events_out += 1
             else:
                 missed.append(f"link-down:{out.link_id}")
+
+    def _too_large(
+        self, event: PublishArray, link: Link, targets: Sequence[Hashable], exc: ProtocolError
+    ) -> None:
+        """Log an event that cannot be sent on to ``targets``: with this broker's id added
+        to its path, or as a Deliver with its subscription ids, its frame would exceed
+        ``max_frame`` (the peer's limit too). It is dropped for them (`too-large`)."""
+        self._log.error(
+            "event_too_large",
+            event_id=event[1],
+            publisher=event[2],
+            link=link.link_id,
+            targets=targets,
+            why=exc.message,
+        )
 
     def _count_missed(
         self, missed: list[str], sends: list[tuple[Link, bytes]]

@@ -3,15 +3,19 @@ started with the `hop broker` limit options."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import trio
+from pyarrow import ipc
 
 import client
 from broker.cli import _limit_args, build_parser
 from broker.local_network import Network, free_base_port
+from broker.probe import fetch_stats
 from broker.process import BrokerProcesses
 from broker.protocol import (
     ERR_FRAMING,
@@ -27,6 +31,7 @@ from broker.protocol import (
     Unsubscribe,
     Welcome,
     encode_frame,
+    new_event_frame,
 )
 from topologies.generators import chain
 
@@ -211,3 +216,69 @@ def test_broker_refuses_messages_over_its_limits(limited: Network) -> None:
         assert code == ("framing" if limit == "max_frame" else ERR_LIMIT), message
         assert limit in message, message
     assert limited.procs.failed() == {}
+
+
+def _event_of_payload(size: int, name: str, n: int) -> dict[str, int | bytes]:
+    """Event `n` of `name`, whose Publish payload (id `NAME:n`) is `size` bytes."""
+    pad, event_id = 0, f"{name}:{n}"
+    while True:
+        event: dict[str, int | bytes] = {"n": n, "big": b"x" * pad}
+        got = len(new_event_frame(event_id, name, event, time.time_ns(), max_frame=2**30)) - 4
+        if got == size:
+            return event
+        pad += size - got
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("traced", [False, True], ids=["untraced", "traced"])
+def test_an_event_with_no_room_left_for_its_path_is_dropped_and_the_brokers_serve_on(
+    tmp_path: Path, traced: bool
+) -> None:
+    """A frame within max_frame grows at each broker (its id joins the path; a Deliver
+    adds the subscription ids): an event that would outgrow the limit is dropped for
+    the targets it cannot reach, as `too-large`, and logged; the brokers, the links and
+    the publisher's connection go on."""
+    max_frame = 4096
+    traces = tmp_path / "traces"
+    tracing = ["--trace-dir", str(traces), "--run-id", "room"] if traced else []
+    net = Network(
+        chain(3, name="room", base_port=free_base_port(3)),
+        tmp_path,
+        ["--max-frame", str(max_frame), *tracing],
+    )
+    events = [
+        _event_of_payload(max_frame - 3, "pub", 1),  # grows past the limit at broker 2
+        _event_of_payload(max_frame, "pub", 2),  # has no room at broker 1 already
+        {"n": 3},
+    ]
+
+    async def scenario() -> list[int]:
+        with trio.fail_after(60):
+            async with (
+                client.open_client(*net.address(3), name="sub") as s,
+                client.open_client(*net.address(1), name="pub") as p,
+            ):
+                sub = await s.subscribe("n >= 0")
+                for event in events:
+                    await p.publish(event)
+                await p.flush()
+                return [(await sub.next())["n"]]
+
+    net.start()
+    try:
+        assert trio.run(scenario) == [3]  # the small event, through the same links
+        drops = {b: fetch_stats(*net.address(b))["drops"]["too-large"] for b in (1, 2, 3)}
+        assert drops == {1: 1, 2: 1, 3: 0}
+    finally:
+        codes = net.stop()
+    assert codes == {1: 0, 2: 0, 3: 0}, net.log_text()[-3000:]
+    log = net.log_text()
+    assert log.count('"event_too_large"') == 2 and '"pub:1"' in log and '"pub:2"' in log, log
+    if traced:
+        rows = pa.concat_tables(
+            ipc.open_stream(path).read_all() for path in sorted(traces.glob("hops-*.arrow"))
+        ).to_pylist()
+        dropped = {(r["broker"], r["event_id"]): r["drop_reason"] for r in rows}
+        assert dropped[("1", "pub:2")] == "too-large:broker:2"
+        assert dropped[("2", "pub:1")] == "too-large:broker:3"
+        assert ("3", "pub:1") not in dropped and dropped[("3", "pub:3")] == ""
