@@ -610,8 +610,10 @@ class AsyncClient(ClientCalls[AsyncSubscription, _Reply]):
             raise
         finally:
             self._fail(ConnectionLost("the connection's I/O task ended"))  # closes the queue
-            await trio.aclose_forcefully(self._stream)
-            self._io_done.set()
+            try:
+                await trio.aclose_forcefully(self._stream)  # (raises Cancelled if outer
+            finally:  # scopes are cancelled: this task is done with the stream all the same)
+                self._io_done.set()
 
     async def _run_connection(self) -> None:
         """Read and write the current connection until it ends."""
@@ -919,7 +921,8 @@ async def open_client(
 
     Raises ``BrokerError`` if the broker refuses the Hello, ``ConnectionLost`` if it hangs
     up, ``OSError`` if the TCP connection fails, ``TimeoutError`` after ``timeout``
-    seconds. Exceptions leave the block as they were raised, not wrapped in a group.
+    seconds. Exceptions leave the block as they were raised, not wrapped in a group,
+    also when closing the client on the way out ends a sibling task's ``sub.next()``.
     ``reconnect``: True (default ``Reconnect()`` policy) or a policy to reconnect
     after losing the connection (see the module doc); off by default.
 
@@ -944,11 +947,25 @@ async def open_client(
             )  # fmt: skip
             try:
                 yield client
-            finally:
-                await client.aclose()
+            except trio.Cancelled:
+                await client.aclose()  # cancelled as well: the socket closes at once
+                raise
+            except BaseException:
+                # Shielded, for a bounded time: closing ends the subscriptions, which
+                # can end a sibling task waiting in `sub.next()`, whose nursery then
+                # cancels this one; the block's exception, not that Cancelled, must be
+                # what leaves it.
+                deadline = trio.current_time() + 2 * CLOSE_TIMEOUT
+                with trio.CancelScope(shield=True, deadline=deadline):
+                    await client.aclose()
+                raise
+            await client.aclose()
     except BaseExceptionGroup as group:
-        error = sole_exception(group)
-        if error is group:
+        # A Cancelled of an outer scope beside another exception: that one unwinds the
+        # stack as well, and says more.
+        _, others = group.split(trio.Cancelled)
+        error = sole_exception(others or group)
+        if isinstance(error, BaseExceptionGroup):
             raise
         context = error.__context__
         try:

@@ -595,6 +595,34 @@ async def test_exceptions_leave_the_block_unwrapped(broker: FakeBroker) -> None:
 
 
 @pytest.mark.trio
+async def test_an_exception_leaving_the_block_is_kept_when_closing_wakes_a_sibling(
+    broker: FakeBroker,
+) -> None:
+    """Closing the client on the way out ends a sibling task waiting in ``sub.next()``
+    with ClientClosed; the nursery then cancels the block's task while it closes. The
+    block's own exception must still come out, beside the sibling's."""
+    with pytest.raises(BaseExceptionGroup) as info:
+        async with trio.open_nursery() as nursery, connect(broker) as c:
+            sub = await c.subscribe("family = 7")
+            nursery.start_soon(sub.next)
+            await trio.testing.wait_all_tasks_blocked()
+            raise KeyError("mine")
+    mine, rest = info.value.split(KeyError)
+    assert mine is not None and str(mine.exceptions[0]) == "'mine'"
+    assert rest is not None and [type(e) for e in rest.exceptions] == [client.ClientClosed]
+    assert broker.kinds()[-1] is Bye
+
+
+@pytest.mark.trio
+async def test_a_cancelled_block_is_left_as_cancelled(broker: FakeBroker) -> None:
+    with trio.move_on_after(0.5) as scope:
+        async with connect(broker) as c:
+            await c.subscribe("family = 7")
+            await trio.sleep_forever()
+    assert scope.cancelled_caught
+
+
+@pytest.mark.trio
 async def test_closing_the_client_ends_iteration_quietly(broker: FakeBroker) -> None:
     got: list[dict[str, Any]] = []
     async with connect(broker) as c:
