@@ -86,6 +86,7 @@ from client.calls import (
     as_filter,
     check_callback,
     check_connection_callbacks,
+    check_port,
     reconnect_policy,
 )
 from client.errors import (
@@ -935,6 +936,7 @@ async def open_client(
     block, and an exception they raise ends the client and leaves this block (a
     TypeError, before connecting, for an async function or a non-callable).
     """
+    check_port(port)
     check_connection_callbacks(on_disconnect, on_reconnect)
     policy = reconnect_policy(reconnect)
     try:

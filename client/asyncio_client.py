@@ -22,9 +22,9 @@ Where asyncio differs from trio, the decisions:
 
 * There is no nursery: the client is an object with ``aclose`` and an async context
   manager. A handler's or callback's exception ends the client (pending and later calls
-  raise ``ConnectionLost`` caused by it) and is raised again by ``wait_closed``, or when
-  the client's ``async with`` block ends without an exception of its own, whichever
-  comes first; it is never lost, and never raised twice.
+  raise ``ConnectionLost`` caused by it) and is raised again by ``wait_closed``, by
+  ``aclose``, or when the client's ``async with`` block ends without an exception of its
+  own, whichever comes first; it is never lost, and never raised twice.
 * Cancelling a call (``asyncio.timeout``, ``task.cancel()``) is as in trio: a cancelled
   ``subscribe`` may leave the subscription in force at the broker, what it delivers is
   ignored; a cancelled ``publish_many`` may have handed its first events over.
@@ -72,6 +72,7 @@ from client.calls import (
     as_filter,
     check_callback,
     check_connection_callbacks,
+    check_port,
     reconnect_policy,
 )
 from client.errors import (
@@ -334,6 +335,7 @@ class AsyncioClient(ClientCalls[AsyncioSubscription, asyncio.Future[Message]]):
     ) -> AsyncioClient:
         """Connect to the broker at ``host``:``port`` as client ``name``, with the
         arguments and errors of ``client.open_client``."""
+        check_port(port)
         check_connection_callbacks(on_disconnect, on_reconnect)
         if secret is None:
             secret = secret_from_env()
@@ -379,7 +381,7 @@ class AsyncioClient(ClientCalls[AsyncioSubscription, asyncio.Future[Message]]):
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        await self.aclose()
+        await self._close()
         if kind is None:
             self._raise_callback_error()
 
@@ -459,13 +461,20 @@ class AsyncioClient(ClientCalls[AsyncioSubscription, asyncio.Future[Message]]):
         await self._closed.wait()
         self._raise_callback_error()
         failure = self._failure
-        if self._callback_error is None and not isinstance(failure, ClientClosed | None):
-            raise fresh_copy(failure)
+        if not isinstance(failure, ClientClosed | None):  # (after a callback's error: the
+            error = fresh_copy(failure)  # ConnectionLost it caused, as later calls raise)
+            raise error from error.__cause__
 
     async def aclose(self) -> None:
         """Close the connection: send Bye after everything queued, wait (at most
         ``CLOSE_TIMEOUT``) for the broker to hang up, then close the socket. Pending and
-        later calls raise ``ConnectionLost``; subscriptions end. Idempotent."""
+        later calls raise ``ConnectionLost``; subscriptions end. Idempotent. A handler's
+        or callback's exception that ended the client is raised here if ``wait_closed``
+        has not raised it (once, as the blocking client's ``close``)."""
+        await self._close()
+        self._raise_callback_error()
+
+    async def _close(self) -> None:
         try:
             link = self._link
             if self._failure is None:
@@ -550,11 +559,12 @@ class AsyncioClient(ClientCalls[AsyncioSubscription, asyncio.Future[Message]]):
         try:
             return await reply
         except ConnectionLost as loss:
-            if self._failure is not None:
-                raise self._error() from None
-            raise lost(
-                f"the connection to the broker was lost before the answer: {loss}", loss
-            ) from None
+            error = (
+                self._error()
+                if self._failure is not None
+                else lost(f"the connection to the broker was lost before the answer: {loss}", loss)
+            )
+            raise error from error.__cause__  # (not from the future's own ConnectionLost)
 
     # --- receiving ---------------------------------------------------------------------
 

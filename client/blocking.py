@@ -321,6 +321,12 @@ class Client:
         """The client's name, as sent in Hello."""
         return self._aclient.name
 
+    @property
+    def connected(self) -> bool:
+        """Whether calls go out at once: false once closed, and while reconnecting (read
+        from this thread: it may change the moment after)."""
+        return not self._closed and self._aclient.connected
+
     def __repr__(self) -> str:
         return f"<Client {self.name!r} {'open' if self._thread.is_alive() else 'closed'}>"
 
@@ -341,7 +347,8 @@ class Client:
             return trio.from_thread.run(afn, *args, trio_token=self._token)
         except (trio.RunFinishedError, trio.Cancelled):
             if (failure := self._aclient._lost_for_good()) is not None:
-                raise fresh_copy(failure) from None  # what ended the trio thread
+                error = fresh_copy(failure)  # what ended the trio thread, and its cause
+                raise error from error.__cause__
             raise ClientClosed("the client is closed") from None
 
     def subscribe(
@@ -512,6 +519,12 @@ class Subscription:
     def filter(self) -> Filter:
         """The subscription's filter."""
         return self._inner.filter
+
+    @property
+    def active(self) -> bool:
+        """True until unsubscribed or the connection ends (what was received before can
+        still be taken)."""
+        return self._inner.active
 
     def __repr__(self) -> str:
         return f"<Subscription {self.id} {str(self.filter)!r}>"

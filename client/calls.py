@@ -53,9 +53,25 @@ class Reconnect:
             raise ValueError("need 0 < heartbeat_s < heartbeat_timeout_s")
 
 
-def reconnect_policy(reconnect: bool | Reconnect) -> Reconnect | None:
-    """The policy a client's ``reconnect`` argument asks for (True: the default one)."""
-    return Reconnect() if reconnect is True else (reconnect or None)
+def reconnect_policy(reconnect: bool | Reconnect | None) -> Reconnect | None:
+    """The policy a client's ``reconnect`` argument asks for (True: the default one);
+    TypeError, before connecting, for anything but a bool, None or a ``Reconnect``."""
+    if isinstance(reconnect, Reconnect):
+        return reconnect
+    if reconnect is None or isinstance(reconnect, bool):
+        return Reconnect() if reconnect else None
+    raise TypeError(
+        f"reconnect must be True, False or a client.Reconnect, got {type(reconnect).__name__}"
+    )
+
+
+def check_port(port: object) -> None:
+    """TypeError or ValueError, before connecting, for what is no TCP port (a port out
+    of range would otherwise fail as a refused connection, or an OverflowError)."""
+    if type(port) is not int:
+        raise TypeError(f"port must be an int, got {type(port).__name__}")
+    if not 0 < port < 65536:
+        raise ValueError(f"port must be 1 to 65535, got {port}")
 
 
 def check_callback(fn: Any, what: str) -> None:

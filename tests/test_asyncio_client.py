@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ from broker.protocol import (
     Error,
     Flush,
     Hello,
+    ProtocolError,
     Publish,
     Subscribe,
     Unsubscribe,
@@ -31,6 +33,7 @@ from broker.protocol import (
 from routing import FilterSyntaxError
 from tests.event_loops import LOOPS, run_on
 from tests.fake_broker import FakeBroker, fake_broker_thread
+from tests.test_client import BAD_CONNECT_ARGUMENTS
 
 _T = TypeVar("_T")
 HOST = "127.0.0.1"
@@ -270,6 +273,45 @@ def test_a_protocol_violation_is_reported_and_ends_the_client(thread_broker: Fak
     assert isinstance(error, Error) and error.code == "unexpected"
 
 
+@pytest.mark.parametrize(("port", "options", "error", "message"), BAD_CONNECT_ARGUMENTS)
+def test_bad_connect_arguments_are_named_before_connecting(
+    port: Any, options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    async def scenario() -> None:
+        with pytest.raises(error, match=message):
+            await client.AsyncioClient.connect(HOST, port, name="a", **options)
+
+    run(scenario)
+
+
+def test_a_peer_that_is_no_hop_broker_is_named_with_what_broke() -> None:
+    """As the trio client says it: the handshake's answer that never came is a
+    ConnectionLost caused by the ProtocolError the peer's bytes made."""
+    with socket.create_server((HOST, 0)) as server:
+        port = server.getsockname()[1]
+
+        def answer_as_http() -> None:
+            peer, _ = server.accept()
+            with peer:
+                peer.recv(1000)
+                peer.sendall(b"HTTP/1.0 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                time.sleep(1)
+
+        thread = threading.Thread(target=answer_as_http)
+        thread.start()
+
+        async def scenario() -> None:
+            speak = "does not speak hop's protocol"
+            with pytest.raises(client.ConnectionLost, match=speak) as info:
+                await client.AsyncioClient.connect(HOST, port, name="lost", timeout=5)
+            assert isinstance(info.value.__cause__, ProtocolError), info.value.__cause__
+
+        try:
+            run(scenario)
+        finally:
+            thread.join()
+
+
 def test_a_full_connection_makes_publish_wait_until_the_broker_reads(
     thread_broker: FakeBroker,
 ) -> None:
@@ -403,6 +445,38 @@ def test_a_handlers_exception_ends_the_client_and_is_raised_once(
             await c.publish({"family": 7})
             with pytest.raises(LookupError, match="cannot handle a2:1"):
                 await c.wait_closed()
+
+    run(scenario)
+
+
+def test_a_handlers_exception_is_raised_once_by_aclose_or_wait_closed(
+    thread_broker: FakeBroker,
+) -> None:
+    """A long-lived client closed with `aclose` raises it there; after `wait_closed`
+    raised it, later waits raise the ConnectionLost it caused, as later calls do."""
+
+    def handler(delivery: client.Delivery) -> None:
+        raise LookupError(f"cannot handle {delivery.event_id}")
+
+    async def ended_by_handler(name: str) -> client.AsyncioClient:
+        c = await client.AsyncioClient.connect(HOST, thread_broker.port, name=name)
+        await c.subscribe("family = 7", handler=handler)
+        await c.publish({"family": 7})
+        await until(lambda: not c.connected)
+        return c
+
+    async def scenario() -> None:
+        c = await ended_by_handler("a4")
+        with pytest.raises(LookupError, match="cannot handle a4:1"):
+            await c.aclose()
+        await c.aclose()  # not twice
+        c = await ended_by_handler("a5")
+        with pytest.raises(LookupError, match="cannot handle a5:1"):
+            await c.wait_closed()
+        with pytest.raises(client.ConnectionLost, match="callback failed") as info:
+            await c.wait_closed()
+        assert isinstance(info.value.__cause__, LookupError)
+        await c.aclose()
 
     run(scenario)
 

@@ -586,6 +586,25 @@ async def test_a_peer_that_is_no_hop_broker_is_named_so(
             pytest.fail("connected")
 
 
+BAD_CONNECT_ARGUMENTS = [  # (port, keyword arguments, the error and its message)
+    (70000, {}, ValueError, "port must be 1 to 65535, got 70000"),
+    ("7300", {}, TypeError, "port must be an int, got str"),
+    (7300, {"reconnect": 5}, TypeError, "reconnect must be True, False or a client.Reconnect"),
+]
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize(("port", "options", "error", "message"), BAD_CONNECT_ARGUMENTS)
+async def test_bad_connect_arguments_are_named_before_connecting(
+    port: Any, options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        async with client.open_client(HOST, port, name="c", **options):
+            pytest.fail("connected")
+    with pytest.raises(error, match=message):
+        client.Client.connect(HOST, port, name="c", **options)
+
+
 @pytest.mark.trio
 async def test_exceptions_leave_the_block_unwrapped(broker: FakeBroker) -> None:
     with pytest.raises(KeyError):
@@ -1005,6 +1024,24 @@ def test_blocking_handler_runs_in_the_io_thread_in_order_and_may_publish(
     assert [n for n, _ in got] == [0, 1, 2, 3]
 
 
+def test_blocking_calls_after_its_thread_ended_raise_the_loss_caused_by_the_handler(
+    thread_broker: FakeBroker,
+) -> None:
+    def handler(delivery: client.Delivery) -> None:
+        raise LookupError("cannot handle it")
+
+    c = blocking(thread_broker)
+    c.subscribe("family = 7", handler=handler)
+    c.publish({"family": 7})
+    with pytest.raises(LookupError):
+        c.wait_closed(timeout=5)
+    for call in (c.ping, c.flush, c.stats, lambda: c.subscribe("family = 8")):
+        with pytest.raises(client.ConnectionLost, match="I/O task failed") as info:
+            call()
+        assert isinstance(info.value.__cause__, LookupError), call
+    c.close()
+
+
 def test_blocking_handler_exception_ends_the_client_and_close_raises_it(
     thread_broker: FakeBroker,
 ) -> None:
@@ -1066,10 +1103,12 @@ def test_blocking_connection_loss_raises_from_iteration(thread_broker: FakeBroke
 def test_blocking_close_ends_iteration_after_what_was_queued(thread_broker: FakeBroker) -> None:
     c = blocking(thread_broker)
     sub = c.subscribe("family = 7")
+    assert c.connected and sub.active
     c.publish_many([{"family": 7, "n": 0}, {"family": 7, "n": 1}, {"family": 7, "n": 2}])
     c.flush()
     assert sub.next(timeout=5)["n"] == 0
     c.close()
+    assert not c.connected and not sub.active
     assert [event["n"] for event in sub] == [1, 2]
     with pytest.raises(client.ClientClosed):
         sub.next(timeout=1)
