@@ -928,8 +928,9 @@ async def open_client(
     after losing the connection (see the module doc); off by default.
 
     ``on_disconnect(error)``, the counterpart of paho-mqtt's and gmqtt's callback of
-    that name, is called each time a connection ends other than by closing the
-    client, with the ``ConnectionLost`` (or ``BrokerError``) saying why: before
+    that name, is called each time a connection ends other than by the client's own
+    doing (closing it, or a handler's or callback's exception, which is raised
+    instead), with the ``ConnectionLost`` (or ``BrokerError``) saying why: before
     reconnecting, or as the client ends. ``on_reconnect()`` is called once a new
     connection is in use again, every subscription renewed. Both are plain functions
     called in the client's I/O task, like a subscription's handler: they must not

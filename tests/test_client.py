@@ -938,8 +938,9 @@ async def test_a_handlers_exception_ends_the_client_and_leaves_the_block(
         raise LookupError(f"cannot handle {delivery.event_id}")
 
     other: client.AsyncSubscription | None = None
+    heard: list[client.ConnectionLost] = []
     with pytest.raises(LookupError, match="cannot handle c1:1"):
-        async with connect(broker) as c:
+        async with connect(broker, on_disconnect=heard.append) as c:
             other = await c.subscribe("family = 7")
             await c.subscribe("family = 7", handler=handler)
             await c.publish({"family": 7})
@@ -948,6 +949,7 @@ async def test_a_handlers_exception_ends_the_client_and_leaves_the_block(
     assert await other.next() == {"family": 7}  # queued before the handler raised
     with pytest.raises(client.ConnectionLost, match="I/O task failed: LookupError"):
         await other.next()
+    assert heard == []  # the client's own doing, raised instead
 
 
 @pytest.mark.trio
