@@ -29,7 +29,7 @@ from broker.limits import Limits
 from broker.process import BrokerProcesses, StartupError, run_broker
 from broker.protocol import DEFAULT_MAX_FRAME
 from broker.security import BrokerSecurity, ClientCredentials, read_secret
-from broker.server import QUEUE_POLICIES, BrokerConfig
+from broker.server import MAX_MAX_FRAME, MIN_MAX_FRAME, QUEUE_POLICIES, BrokerConfig
 from routing import FilterSyntaxError, parse_filter
 from topologies import CaseStudy, TopologyError, load_case_study, study_path
 
@@ -219,10 +219,23 @@ def positive_number(text: str) -> float:
     return value
 
 
+def non_negative_number(text: str) -> float:
+    """An argparse type: a finite number of 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of 0 or more, got {text}")
+    return value
+
+
 def _frame_size(text: str) -> int:
     value = positive_int(text)
-    if value > 2**32 - 1:
-        raise argparse.ArgumentTypeError(f"must be at most {2**32 - 1}, got {value}")
+    if not MIN_MAX_FRAME <= value <= MAX_MAX_FRAME:
+        raise argparse.ArgumentTypeError(
+            f"must be {MIN_MAX_FRAME} to {MAX_MAX_FRAME} bytes, got {value}"
+        )
     return value
 
 
@@ -255,13 +268,33 @@ def _limit_args(args: argparse.Namespace) -> list[str]:
 
 
 # Fault-handling options of `hop broker` and `hop net`: (flag, BrokerConfig field, type, help)
-FAULT_OPTIONS = [
-    ("--queue-frames", "queue_frames", int, "frames queued per link before its policy applies"),
+FAULT_OPTIONS: list[tuple[str, str, Callable[[str], Any], str]] = [
+    (
+        "--queue-frames",
+        "queue_frames",
+        positive_int,
+        "frames queued per link before its policy applies",
+    ),
     ("--queue-policy", "queue_policy", str, "full queue of a client: block (backpressure) or drop"),
-    ("--stuck-timeout", "stuck_timeout_s", float, "cut a link whose writes stall this long (s)"),
-    ("--heartbeat", "heartbeat_s", float, "ping a peer quiet this long (s; 0: off)"),
-    ("--heartbeat-timeout", "heartbeat_timeout_s", float, "cut a peer silent this long (s)"),
-    ("--drain-timeout", "drain_timeout_s", float, "on SIGTERM, time to send what is queued (s)"),
+    (
+        "--stuck-timeout",
+        "stuck_timeout_s",
+        non_negative_number,
+        "cut a link whose writes stall this long (s; 0: never)",
+    ),
+    ("--heartbeat", "heartbeat_s", non_negative_number, "ping a peer quiet this long (s; 0: off)"),
+    (
+        "--heartbeat-timeout",
+        "heartbeat_timeout_s",
+        positive_number,
+        "cut a peer silent this long (s)",
+    ),
+    (
+        "--drain-timeout",
+        "drain_timeout_s",
+        non_negative_number,
+        "on SIGTERM, time to send what is queued (s)",
+    ),
 ]
 
 
@@ -281,8 +314,11 @@ def _fault_options(args: argparse.Namespace) -> dict[str, Any]:
     given = {name: value for name, value in given.items() if value is not None}
     try:
         BrokerConfig(**given)
-    except ValueError as exc:
-        raise BadInput(str(exc)) from None
+    except ValueError as exc:  # (said with the options' names, not the fields')
+        message = str(exc)
+        for flag, name, _, _ in sorted(FAULT_OPTIONS, key=lambda o: -len(o[1])):
+            message = message.replace(name, flag)
+        raise BadInput(message) from None
     return given
 
 

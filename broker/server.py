@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import random
 import ssl
@@ -125,6 +126,8 @@ _CLOSED_IN_HANDSHAKE = "connection closed during the handshake"  # (a port probe
 HANDSHAKE_TIMEOUT_S = 10.0
 QUEUE_POLICIES = ("block", "drop")
 DROP_REASONS = ("cycle", "link-down", "queue-full", "too-large")
+MIN_MAX_FRAME = 4096  # below it a broker's own stats reply may not fit
+MAX_MAX_FRAME = 2**32 - 1  # the length prefix's range
 
 
 @dataclass
@@ -148,10 +151,32 @@ class BrokerConfig:
     drain_timeout_s: float = 3.0  # at shutdown, time to send what is queued
 
     def __post_init__(self) -> None:
+        """ValueError naming the field for a value the broker cannot work with (a queue
+        of no frames would stall every link; a NaN or negative time would never or at
+        once expire)."""
         if self.queue_policy not in QUEUE_POLICIES:
             raise ValueError(f"queue_policy must be one of {QUEUE_POLICIES}: {self.queue_policy!r}")
+        if not MIN_MAX_FRAME <= self.max_frame <= MAX_MAX_FRAME:
+            raise ValueError(
+                f"max_frame must be {MIN_MAX_FRAME} to {MAX_MAX_FRAME} bytes, got {self.max_frame}"
+            )
+        for name in ("queue_frames", "batch_frames"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("stuck_timeout_s", "heartbeat_s", "drain_timeout_s"):
+            _check_seconds(name, getattr(self, name), zero_ok=True)
+        _check_seconds("heartbeat_timeout_s", self.heartbeat_timeout_s, zero_ok=False)
         if self.heartbeat_s > 0 and self.heartbeat_timeout_s <= self.heartbeat_s:
-            raise ValueError("heartbeat_timeout_s must be longer than heartbeat_s")
+            raise ValueError(
+                f"heartbeat_timeout_s ({self.heartbeat_timeout_s:g}) must be longer than "
+                f"heartbeat_s ({self.heartbeat_s:g})"
+            )
+
+
+def _check_seconds(name: str, value: float, zero_ok: bool) -> None:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        least = "0 or more" if zero_ok else "more than 0"
+        raise ValueError(f"{name} must be a finite number of seconds, {least}, got {value}")
 
 
 @dataclass

@@ -3,6 +3,7 @@ subscribers, silent peers. Real broker processes on 127.0.0.1, cleaned up by PID
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import signal
@@ -459,4 +460,42 @@ def test_fault_options_are_checked_and_passed_on_by_hop_net(capsys) -> None:
     tree7 = str(REPO / "topologies" / "tree7.toml")
     bad = ["broker", tree7, "--id", "1", "--heartbeat", "5", "--heartbeat-timeout", "2"]
     assert hop_main(bad) == 2
-    assert "heartbeat_timeout_s" in capsys.readouterr().err
+    said = "hop broker: --heartbeat-timeout (2) must be longer than --heartbeat (5)\n"
+    assert capsys.readouterr().err.endswith(said)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("--queue-frames", "0", "must be at least 1, got 0"),
+        ("--queue-frames", "-1", "must be at least 1, got -1"),
+        ("--stuck-timeout", "-1", "must be a finite number of 0 or more, got -1"),
+        ("--heartbeat", "nan", "must be a finite number of 0 or more, got nan"),
+        ("--heartbeat-timeout", "0", "must be a finite number more than 0, got 0"),
+        ("--drain-timeout", "inf", "must be a finite number of 0 or more, got inf"),
+        ("--max-frame", "3", "must be 4096 to 4294967295 bytes, got 3"),
+    ],
+)
+@pytest.mark.parametrize("command", ["broker", "net"])
+def test_options_a_broker_cannot_work_with_are_refused(
+    capsys: pytest.CaptureFixture[str], command: str, option: str, value: str, said: str
+) -> None:
+    """A queue of no frames stalled every link; a NaN or negative time never or at once
+    expired, or failed at SIGTERM; a frame limit under a broker's own replies refused
+    every client: each is refused before anything starts, naming the option."""
+    ident = ["--id", "1"] if command == "broker" else []
+    with pytest.raises(SystemExit) as info:
+        hop_main([command, "tree7", *ident, option, value])
+    assert info.value.code == 2
+    assert f"argument {option}: {said}" in capsys.readouterr().err
+
+
+def test_broker_config_refuses_what_a_broker_cannot_work_with() -> None:
+    for bad, said in [
+        ({"queue_frames": 0}, "queue_frames must be at least 1"),
+        ({"drain_timeout_s": -1.0}, "drain_timeout_s must be a finite number of seconds"),
+        ({"heartbeat_timeout_s": math.nan}, "heartbeat_timeout_s must be a finite number"),
+        ({"max_frame": 100}, "max_frame must be 4096 to"),
+    ]:
+        with pytest.raises(ValueError, match=said):
+            BrokerConfig(**bad)
