@@ -28,6 +28,7 @@ from broker.cli import (
     positive_number,
     secret_file,
 )
+from broker.protocol import ERR_LIMIT
 from broker.security import (
     SECRET_ENV,
     SECRET_FILE_ENV,
@@ -42,11 +43,43 @@ from topologies import TopologyError
 
 
 def address(text: str) -> tuple[str, int]:
-    """HOST:PORT, or BadInput."""
+    """HOST:PORT (an IPv6 address in brackets: [::1]:7301), or BadInput."""
     host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host or "/" in host:  # a URL, or a port too many
+        host = ""
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise BadInput(f"expected HOST:PORT, got {text!r}")
     return host, int(port)
+
+
+def checked_text(text: str, what: str) -> str:
+    """``text`` if it can be sent (UTF-8), else BadInput naming ``what``: a byte of an
+    argument that is not UTF-8 reaches Python as a lone surrogate, which no message can
+    carry."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput(f"{what}: {text!r} is not valid UTF-8 text") from None
+    return text
+
+
+def event_count(text: str) -> int:
+    """An argparse type: a count of events, 1 to sys.maxsize."""
+    value = positive_int(text)
+    if value > sys.maxsize:
+        raise argparse.ArgumentTypeError(f"must be at most {sys.maxsize}, got {value}")
+    return value
+
+
+def event_rate(text: str) -> float:
+    """An argparse type: events per second, from one each 1000 s (a longer pause between
+    two events is no rate) to 1e9."""
+    value = positive_number(text)
+    if not 1e-3 <= value <= 1e9:
+        raise argparse.ArgumentTypeError(f"must be 0.001 to 1e9 events per second, got {text}")
+    return value
 
 
 def value(text: str) -> Any:
@@ -78,13 +111,25 @@ def attributes(pairs: list[str]) -> dict[str, Any]:
         validate_event(out)
     except (TypeError, ValueError) as exc:
         raise BadInput(str(exc)) from None
-    return out
+    return checked_texts(out)
+
+
+def checked_texts(event: dict[str, Any], where: str = "") -> dict[str, Any]:
+    """``event`` if its text values can be sent (`checked_text`; `validate_event` holds
+    names to identifiers)."""
+    for name, given in event.items():
+        if isinstance(given, str):
+            checked_text(given, f"{where}attribute {name!r}")
+    return event
 
 
 def credentials(args: argparse.Namespace) -> ClientCredentials:
     """A client command's secret (--secret-file, else the environment) and TLS context."""
     path = secret_file(args)
-    secret = read_secret(path) if path else secret_from_env()
+    try:
+        secret = read_secret(path) if path else secret_from_env()
+    except (OSError, ValueError) as exc:  # (only the environment's file is left to read)
+        raise BadInput(f"${SECRET_FILE_ENV}: {exc}") from None
     context: ssl.SSLContext | None = None
     if args.ca:
         try:
@@ -99,12 +144,13 @@ def credentials(args: argparse.Namespace) -> ClientCredentials:
 
 
 def cmd_sub(args: argparse.Namespace) -> int:
-    filters = [parse_filter(text) for text in args.filters]
+    filters = [parse_filter(checked_text(text, "filter")) for text in args.filters]
+    checked_text(args.name, "--name")
     host, port = address(args.address)
     creds = credentials(args)
     printer = EventPrinter(args.count)
     try:
-        with contextlib.suppress(KeyboardInterrupt):
+        with contextlib.suppress(KeyboardInterrupt), refused_as_bad_input("a filter"):
             trio.run(
                 _subscribe_and_print, host, port, args.name, filters, printer, creds, args.reconnect
             )
@@ -200,21 +246,29 @@ def cmd_pub(args: argparse.Namespace) -> int:
     if lines and (len(args.attributes) > 1 or args.count is not None):
         raise BadInput(f"{STDIN!r} reads the events from standard input: give no name=value "
                        "pairs and no --count with it")  # fmt: skip
+    checked_text(args.name, "--name")
     host, port = address(args.address)
     creds = credentials(args)
     if lines:
-        events: Iterable[dict[str, Any]] = json_lines(sys.stdin)
+        events: Iterable[tuple[str, dict[str, Any]]] = json_lines(sys.stdin)
     else:
-        events = itertools.repeat(attributes(args.attributes), args.count or 1)
+        event = attributes(args.attributes)
+        events = itertools.repeat(("the event", event), args.count or 1)
     published = 0
-    with client.Client.connect(
-        host, port, name=args.name, secret=creds.secret, ssl_context=creds.ssl_context
-    ) as c:
+    with (
+        refused_as_bad_input("an event"),
+        client.Client.connect(
+            host, port, name=args.name, secret=creds.secret, ssl_context=creds.ssl_context
+        ) as c,
+    ):
         try:
-            for event in events:
+            for where, event in events:
                 if args.rate and published:
                     time.sleep(1.0 / args.rate)
-                c.publish(event)
+                try:
+                    c.publish(event)
+                except (TypeError, ValueError) as exc:  # (over the frame size, say)
+                    raise BadInput(f"{where}: {exc}") from None
                 published += 1
         except BadInput as exc:
             c.flush()
@@ -224,10 +278,22 @@ def cmd_pub(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def json_lines(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+@contextlib.contextmanager
+def refused_as_bad_input(what: str) -> Iterator[None]:
+    """A broker's refusal of ``what`` over one of its limits (it closes the connection
+    with an Error) as BadInput: the user's to correct, as a bad filter is."""
+    try:
+        yield
+    except client.BrokerError as exc:
+        if exc.code != ERR_LIMIT:
+            raise
+        raise BadInput(f"the broker refused {what} over its limits: {exc}") from None
+
+
+def json_lines(lines: Iterable[str]) -> Iterator[tuple[str, dict[str, Any]]]:
     """The events of ``lines``, each a JSON object of attributes (as `hop sub` prints
-    them; blank lines skipped), as they come; BadInput naming the line of one that is
-    not an event."""
+    them; blank lines skipped), as they come, each with "line N"; BadInput naming the
+    line of one that is not an event."""
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -238,10 +304,11 @@ def json_lines(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
             validate_event(event)
         except (ValueError, TypeError) as exc:  # (json's errors are ValueErrors)
             raise BadInput(f"line {number}: {exc}") from None
-        yield event
+        yield f"line {number}", checked_texts(event, f"line {number}: ")
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    checked_text(args.name, "--name")
     host, port = address(args.address)
     creds = credentials(args)
     with client.Client.connect(
@@ -269,7 +336,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("address", help="HOST:PORT of a broker")
     p.add_argument("filters", nargs="+", help='filters, e.g. "family = 7 and price < 120.5"')
     p.add_argument("--name", default=f"hop-sub-{os.getpid()}", help="client name (default: unique)")
-    p.add_argument("--count", type=positive_int, help="exit after this many events")
+    p.add_argument("--count", type=event_count, help="exit after this many events")
     p.add_argument(
         "--reconnect",
         action="store_true",
@@ -291,11 +358,11 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--name", default=f"hop-pub-{os.getpid()}", help="client name (default: unique)")
     p.add_argument(
         "--count",
-        type=positive_int,
+        type=event_count,
         help="publish the name=value event this many times (default 1)",
     )
     p.add_argument(
-        "--rate", type=positive_number, help="events per second (default: as fast as possible)"
+        "--rate", type=event_rate, help="events per second (default: as fast as possible)"
     )
     add_client_options(p)
     p.set_defaults(func=cmd_pub)

@@ -17,7 +17,7 @@ import pytest
 import client
 from broker.cli import EXIT_BAD_INPUT, EXIT_OK
 from broker.local_network import Network
-from client.cli import EventPrinter
+from client.cli import EventPrinter, address
 from hop.cli import main as hop_main
 from hop.command import HOP, REPO, stop
 
@@ -34,6 +34,56 @@ def test_hop_pub_takes_pairs_or_standard_input(
 ) -> None:
     assert hop_main(["pub", "127.0.0.1:1", *args]) == EXIT_BAD_INPUT
     assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["pub", "127.0.0.1:7301:5", "a=1"], "expected HOST:PORT, got '127.0.0.1:7301:5'"),
+        (["stats", "http://127.0.0.1:7301"], "expected HOST:PORT, got 'http://127.0.0.1:7301'"),
+        (["pub", "127.0.0.1:1", "k=\udcff"], "attribute 'k': '\\udcff' is not valid UTF-8"),
+        (["stats", "127.0.0.1:1", "--name", "n\udcff"], "--name: 'n\\udcff' is not valid"),
+        (["sub", "127.0.0.1:1", 'x = "\udcff"'], "filter: 'x = \"\\udcff\"' is not valid"),
+    ],
+    ids=["port-too-many", "url", "value", "client-name", "filter"],
+)
+def test_client_commands_name_bad_text_and_addresses_before_connecting(
+    capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    """A byte of an argument that is not UTF-8 reaches Python as a lone surrogate, which
+    no message can carry; an address with a scheme or a port too many is no HOST:PORT."""
+    assert hop_main(args) == EXIT_BAD_INPUT
+    assert said in capsys.readouterr().err
+
+
+def test_client_address_takes_ipv6_in_brackets() -> None:
+    assert address("[::1]:7301") == ("::1", 7301)
+    assert address("broker.example:7301") == ("broker.example", 7301)
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (["--count", str(2**64)], f"must be at most {sys.maxsize}"),
+        (["--rate", "1e-300"], "must be 0.001 to 1e9 events per second"),
+    ],
+)
+def test_hop_pub_refuses_counts_and_rates_it_cannot_keep(
+    capsys: pytest.CaptureFixture[str], option: list[str], said: str
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        hop_main(["pub", "127.0.0.1:1", "a=1", *option])
+    assert info.value.code == EXIT_BAD_INPUT
+    assert said in capsys.readouterr().err
+
+
+def test_a_secret_file_from_the_environment_that_cannot_be_read_is_named(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("HOP_SECRET", raising=False)
+    monkeypatch.setenv("HOP_SECRET_FILE", str(tmp_path / "missing"))
+    assert hop_main(["stats", "127.0.0.1:1"]) == EXIT_BAD_INPUT
+    assert "$HOP_SECRET_FILE: " in capsys.readouterr().err
 
 
 @pytest.fixture
@@ -76,7 +126,10 @@ def test_hop_pub_from_standard_input_publishes_each_json_line_in_order(
         ('{"n": ', "Expecting value"),
         ('{"n": [3]}', "unsupported type list"),
         ('{"n": 100000000000000000000}', "does not fit in 64 bits"),
+        ('{"n": "\\ud800"}', "attribute 'n': '\\ud800' is not valid UTF-8 text"),
+        ('{"n": "' + "x" * 1_100_000 + '"}', "framing: Publish needs 1100"),
     ],
+    ids=["array", "not-json", "list", "int-65", "surrogate", "over-max-frame"],
 )
 def test_hop_pub_from_standard_input_stops_at_a_bad_line_naming_it(
     chain5: Network,
@@ -97,6 +150,18 @@ def test_hop_pub_from_standard_input_stops_at_a_bad_line_naming_it(
     err = capsys.readouterr().err
     assert "line 3: " in err and said in err, err
     assert "(the 2 event(s) before it were published)" in err, err
+
+
+@pytest.mark.integration
+def test_an_event_the_broker_refuses_over_its_limits_is_bad_input(
+    chain5: Network, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Within the frame but over the broker's --max-value-len: only the broker knows its
+    limits, and its refusal is the user's input to correct, as a bad line is."""
+    line = '{"n": "' + "x" * 300_000 + '"}\n'
+    assert _pub_lines(chain5, line, monkeypatch) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "the broker refused an event over its limits: limit: max_value_len" in err, err
 
 
 # -- hop sub --------------------------------------------------------------------------------
