@@ -115,6 +115,7 @@ def test_security_paths_are_resolved_against_the_file_folder(tmp_path: Path) -> 
     ("extra", "message"),
     [
         ('auth_secret_file = "nope"', "auth_secret_file: file not found: "),
+        ('auth_secret_file = "."', "auth_secret_file: not a file: "),
         ('client_secret_file = ""', "client_secret_file: must not be empty"),
         ('[tls]\nca = "ca.pem"\ncert = "ca.pem"', "tls.key: missing required key"),
         ('[tls]\nca = "ca.pem"\ncert = "ca.pem"\nkey = "gone.key"', "tls.key: file not found"),

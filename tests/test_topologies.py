@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import re
 from pathlib import Path
 
@@ -527,6 +528,19 @@ def test_toml_syntax_error_gives_the_line(tmp_path: Path) -> None:
     line = VALID.splitlines().index("rate = 5.0") + 1
     path = write(tmp_path, edited(("rate = 5.0", "rate = = 5.0")), name="bad.toml")
     with pytest.raises(TopologyError, match=rf"bad\.toml: invalid TOML: .*\bline {line}\b"):
+        load_case_study(path)
+
+
+def test_a_byte_order_mark_is_skipped(tmp_path: Path) -> None:
+    plain = write(tmp_path, VALID, name="plain.toml")
+    marked = tmp_path / "marked.toml"
+    marked.write_bytes(codecs.BOM_UTF8 + VALID.encode())
+    assert load_case_study(marked).topology.brokers == load_case_study(plain).topology.brokers
+
+
+def test_toml_nested_past_the_parsers_depth_is_named(tmp_path: Path) -> None:
+    path = write(tmp_path, VALID + "deep = " + "[" * 5000 + "]" * 5000 + "\n", name="deep.toml")
+    with pytest.raises(TopologyError, match=r"deep\.toml: invalid TOML: nested too deeply"):
         load_case_study(path)
 
 

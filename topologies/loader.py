@@ -42,6 +42,7 @@ indexes in field names count from 0, in file order.
 
 from __future__ import annotations
 
+import codecs
 import math
 import re
 import tomllib
@@ -145,11 +146,15 @@ def load_case_study(path: str | Path, filter_parser: FilterParser | None = None)
     file = str(path)
     try:
         with open(path, "rb") as f:
-            doc = tomllib.load(f)
+            data = f.read()
+        # A byte-order mark, which some editors write, is not TOML: skipped.
+        doc = tomllib.loads(data.removeprefix(codecs.BOM_UTF8).decode("utf-8"))
     except OSError as e:
         raise TopologyError(file, None, f"cannot read: {e.strerror or e}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise TopologyError(file, None, f"invalid TOML: {e}") from None
+    except RecursionError:  # (tomllib parses nested arrays and tables recursively)
+        raise TopologyError(file, None, "invalid TOML: nested too deeply") from None
     try:
         return _case_study(doc, Path(path).stem, file, filter_parser)
     except _Invalid as e:
@@ -274,7 +279,7 @@ def _file(value: object, at: str, folder: Path) -> Path:
     """An existing file; a relative path is taken from the topology file's folder."""
     path = folder / _string(value, at)
     if not path.is_file():
-        _fail(at, f"file not found: {path}")
+        _fail(at, f"{'not a file' if path.exists() else 'file not found'}: {path}")
     return path.resolve()
 
 
