@@ -46,8 +46,6 @@ def run_broker(
     `stop_on_eof`, the end of its standard input stops it the same way: how a broker
     started on another host (through ssh, say) is stopped by the host that started it.
     """
-    if stop_on_eof:
-        threading.Thread(target=_sigterm_at_eof, daemon=True).start()
     broker = Broker(topology, broker_id, config)
     # The start-up heap (trio, msgpack, pyarrow when tracing: ~10^5 objects) never
     # becomes garbage; freezing it keeps every full collection from walking it again.
@@ -59,6 +57,8 @@ def run_broker(
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                if stop_on_eof:  # (only now: before, its SIGTERM would end the process)
+                    threading.Thread(target=_sigterm_at_eof, daemon=True).start()
                 try:
                     await nursery.start(broker.serve)
                 except OSError as exc:

@@ -14,12 +14,13 @@ import pytest
 
 import hop.cli
 from broker.forkserver import CHILDREN_GRACE_S
-from broker.local_network import REPO, Network
+from broker.local_network import REPO, Network, free_base_port
 from broker.probe import fetch_stats
 from client.cli import attributes as _attributes
 from client.cli import value as _value
 from hop.command import HOP, run_hop
 from tests.processes import parent_of, running, running_after
+from topologies.generators import chain, to_toml
 
 
 def test_bad_topology_file_exits_2_naming_file_and_field(tmp_path: Path) -> None:
@@ -33,6 +34,44 @@ def test_bad_topology_file_exits_2_naming_file_and_field(tmp_path: Path) -> None
 def test_unknown_broker_id_exits_2(tmp_path: Path) -> None:
     result = run_hop("broker", str(REPO / "topologies" / "chain5.toml"), "--id", "42")
     assert result.returncode == 2 and "no broker with id 42" in result.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("stdin", ["closed-at-start", "closed-later"])
+def test_hop_broker_stop_on_eof_drains_and_exits_0(tmp_path: Path, stdin: str) -> None:
+    """How a replay stops a broker it started on another host: the end of its standard
+    input stops it as SIGTERM does, also when the input ends before it listens."""
+    topology = chain(1, name="eof", base_port=free_base_port(1))
+    file = tmp_path / "eof.toml"
+    file.write_text(to_toml(topology))
+    start = time.monotonic()
+    broker = subprocess.Popen(
+        [*HOP, "broker", str(file), "--id", "1", "--stop-on-eof"],
+        stdin=subprocess.DEVNULL if stdin == "closed-at-start" else subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        if broker.stdin is not None:
+            while "stats" not in _stats_or_empty(topology.address(1)):
+                assert time.monotonic() - start < 30 and broker.poll() is None
+                time.sleep(0.05)
+            broker.stdin.close()
+            broker.stdin = None  # (closed: not for communicate to flush)
+        _, err = broker.communicate(timeout=30)
+    finally:
+        if broker.poll() is None:
+            broker.kill()
+            broker.wait()
+    assert broker.returncode == 0, err
+    assert "Traceback" not in err, err
+
+
+def _stats_or_empty(address: tuple[str, int]) -> str:
+    try:
+        return "stats" if fetch_stats(*address, timeout=1.0) else ""
+    except (OSError, TimeoutError):
+        return ""
 
 
 def test_bad_filter_in_hop_sub_exits_2() -> None:
