@@ -121,7 +121,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     study = load_study(args.file)
     if args.id not in study.topology.brokers:
         raise BadInput(f"{args.file}: no broker with id {args.id}")
-    trace_dir = Path(args.trace_dir) if args.trace_dir else None
+    trace_dir = trace_folder(args)
     config = BrokerConfig(
         max_frame=args.max_frame,
         trace_dir=trace_dir,
@@ -141,7 +141,7 @@ def cmd_net(args: argparse.Namespace) -> int:
     topology = study.topology
     _fault_options(args)  # refuse bad values before starting anything
     extra = ["--log-level", args.log_level, *_limit_args(args), *_fault_args(args)]
-    if args.trace_dir:
+    if trace_folder(args) is not None:
         extra += ["--trace-dir", args.trace_dir, "--run-id", args.run_id]
     secret = secret_file(args)
     if secret is not None:
@@ -179,6 +179,18 @@ def cmd_net(args: argparse.Namespace) -> int:
 
 READY_LINE = "Ctrl-C stops all brokers."
 """The last line `hop net` prints once the network is linked: clients may start."""
+
+
+def trace_folder(args: argparse.Namespace) -> Path | None:
+    """The --trace-dir folder, made if need be, or BadInput saying why it cannot be."""
+    if not args.trace_dir:
+        return None
+    path = Path(args.trace_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"--trace-dir: cannot make the folder {path}: {exc.strerror}") from None
+    return path
 
 
 def add_trace_options(p: argparse.ArgumentParser) -> None:

@@ -7,6 +7,7 @@ a failure or a bug, never blamed on the user's input."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 
 class InputError(ValueError):
@@ -24,3 +25,14 @@ def check_number(value: float, what: str, *, positive: bool = False) -> float:
         bound = "more than 0" if positive else "at least 0"
         raise InputError(f"{what} must be a finite number {bound}, got {value}")
     return value
+
+
+def made_folder(path: Path, what: str) -> Path:
+    """``path`` made a folder (with its parents) if it is not one; InputError naming
+    ``what`` (the option that gave it) when it cannot be: a file in the way, no
+    permission."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{what}: cannot make the folder {path}: {exc.strerror or exc}") from None
+    return path

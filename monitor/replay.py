@@ -37,7 +37,7 @@ from broker.security import ClientCredentials
 from broker.trace.schema import TRACE_VERSION
 from monitor.coordinate import ClientProcessError, Coordinator, Schedule
 from monitor.driver import Plan
-from monitor.errors import InputError, ReplayError, check_number
+from monitor.errors import InputError, ReplayError, check_number, made_folder
 from monitor.hostload import HostLoad, phase_bounds
 from monitor.placement import ClientProcess, client_processes
 from monitor.traces import read_table
@@ -123,7 +123,7 @@ def replay(
     traces = run_dir / "traces"
     if traces.exists() and any(traces.iterdir()):
         raise InputError(f"{run_dir} already holds traces; choose an empty --out folder")
-    traces.mkdir(parents=True, exist_ok=True)
+    made_folder(traces, f"--out {run_dir}")
     copy = run_dir / "case_study.toml"
     shutil.copyfile(study_file, copy)
     run_id = f"{study.topology.name}-{scenario or 'base'}-{time.strftime('%Y%m%dT%H%M%S')}"

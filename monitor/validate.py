@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from broker import logs
-from monitor.errors import InputError, check_number
+from monitor.errors import InputError, check_number, made_folder
 from monitor.hostload import disturbed
 from topologies import Workload, load_case_study
 
@@ -209,8 +209,12 @@ def validate(
     _check(calibration_fractions, calibration_repeats, repeats, disturbed_retries, trend)
     check_number(load_scale, "load scale", positive=True)
     check_number(sim_seconds, "simulation seconds", positive=True)
-    workload = load_case_study(study_file).workload or Workload()
+    study = load_case_study(study_file)
+    study.rates_for(scenario)  # an unknown scenario fails before anything is made
+    workload = study.workload or Workload()
     phase_lengths(workload, 1.0, quick, duration_s, warmup_s)  # bad lengths fail before a replay
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        raise InputError(f"--out {run_dir} holds files already; choose an empty folder")
     # Imported here, after the checks: `hop` reads CALIBRATION_FRACTIONS for its help
     # text, the other commands have no use for Spark, pyarrow, pandas and matplotlib,
     # and a mistyped option is refused without the second their imports take.
@@ -223,7 +227,7 @@ def validate(
 
     carry = len(set(calibration_fractions)) > 1
     started = time.monotonic()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    made_folder(run_dir, "--out")
 
     def step(text: str) -> None:
         if not quiet:

@@ -74,6 +74,40 @@ def _stats_or_empty(address: tuple[str, int]) -> str:
         return ""
 
 
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        (["broker", "tree7", "--id", "1", "--trace-dir"], "--trace-dir: cannot make the folder"),
+        (["net", "tree7", "--trace-dir"], "--trace-dir: cannot make the folder"),
+        (["replay", "tree7", "--out"], "cannot make the folder"),
+        (["validate", "tree7", "--quick", "--out"], "--out: cannot make the folder"),
+    ],
+    ids=["broker", "net", "replay", "validate"],
+)
+def test_a_folder_option_naming_a_file_exits_2_naming_it(
+    tmp_path: Path, command: list[str], said: str
+) -> None:
+    in_the_way = tmp_path / "a-file"
+    in_the_way.write_text("")
+    result = run_hop(*command, str(in_the_way))
+    assert result.returncode == 2, result.stderr
+    assert said in result.stderr and str(in_the_way) in result.stderr, result.stderr
+
+
+def test_hop_validate_refuses_a_folder_with_files_or_an_unknown_scenario_first(
+    tmp_path: Path,
+) -> None:
+    """Before anything is made: a validation's runs would sit beside what is there."""
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "manifest.json").write_text("{}")
+    result = run_hop("validate", "tree7", "--quick", "--out", str(tmp_path / "used"))
+    assert result.returncode == 2 and "holds files already" in result.stderr, result.stderr
+    fresh = tmp_path / "fresh"
+    result = run_hop("validate", "tree7", "--scenario", "nope", "--out", str(fresh))
+    assert result.returncode == 2 and "unknown scenario 'nope'" in result.stderr, result.stderr
+    assert not fresh.exists()
+
+
 def test_bad_filter_in_hop_sub_exits_2() -> None:
     result = run_hop("sub", "127.0.0.1:1", "family = = 3")
     assert result.returncode == 2 and "column" in result.stderr
