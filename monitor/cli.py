@@ -15,8 +15,9 @@ from typing import Any
 from broker import logs
 from broker.cli import EXIT_FAILURE, EXIT_OK, FILE_HELP, BadInput, Layer
 from broker.process import StartupError, unwind_on_sigterm
-from monitor.errors import InputError, ReplayError
+from monitor.errors import InputError, ReplayError, SparkStartError
 from monitor.hostload import OTHER_CPU_LIMIT_CORES
+from monitor.spark_master import master_url
 from monitor.validate import (
     CALIBRATION_FRACTIONS,
     DISTURBED_RETRIES,
@@ -143,7 +144,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
     p = command("analyze", "Spark jobs over RUN_DIR's traces -> RUN_DIR/analysis/")
     p.add_argument("run_dir")
-    p.add_argument("--master", help="Spark master URL (default: local[*])")
+    p.add_argument("--master", type=master_url, help="Spark master URL (default: local[*])")
     p.add_argument("--window", choices=["measure", "all"], default="measure")
     p.set_defaults(func=cmd_analyze)
 
@@ -251,7 +252,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         f"(default {DISTURBED_RETRIES}; 0 keeps every replay, marked)",
     )
     _sim_seconds(p)
-    p.add_argument("--master", help="Spark master URL (default: local[*])")
+    p.add_argument("--master", type=master_url, help="Spark master URL (default: local[*])")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_validate)
 
@@ -271,5 +272,5 @@ def _sim_seconds(parser: argparse.ArgumentParser) -> None:
 LAYER = Layer(
     register,
     bad_input=(BadInput, InputError, TopologyError, FilterSyntaxError),
-    failures=(ReplayError, StartupError, ConnectionError, OSError, TimeoutError),
+    failures=(ReplayError, SparkStartError, StartupError, ConnectionError, OSError, TimeoutError),
 )

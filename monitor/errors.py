@@ -1,7 +1,8 @@
 """The monitor layer's errors, in a module of their own so that the command line knows
 them without loading the commands: `InputError`, the input is wrong (a run folder, a
 workload file or an option's value the user can correct: `hop` exits 2 and names it);
-`ReplayError`, a replay could not run (exit 1). Any other exception from this layer is
+`ReplayError`, a replay could not run, and `SparkStartError`, Spark could not start
+(exit 1). Any other exception from this layer is
 a failure or a bug, never blamed on the user's input."""
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ class InputError(ValueError):
 
 class ReplayError(RuntimeError):
     """The replay could not run (bad RUN_DIR, brokers that did not start, ...)."""
+
+
+class SparkStartError(RuntimeError):
+    """Spark could not start: a master that cannot be reached, a driver JVM that exits."""
 
 
 def check_number(value: float, what: str, *, positive: bool = False) -> float:

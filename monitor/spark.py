@@ -22,6 +22,8 @@ from urllib.parse import urlparse
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
+from monitor.errors import SparkStartError
+
 SHUFFLE_PARTITIONS = 4
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 """The driver JVM compiles with C1 only: it starts working sooner, and its code stays
@@ -93,7 +95,7 @@ def spark_session(
         conf.setIfMissing(key, value)
     if submitted:  # its log4j configuration is the submitter's; quiet once started
         conf.setIfMissing("spark.log.level", "ERROR")
-        return SparkSession.builder.config(conf=conf).getOrCreate()
+        return _started(conf, master)
     if master.startswith("local"):
         conf.set("spark.driver.memory", DRIVER_MEMORY)
     with tempfile.TemporaryDirectory(prefix="hop-spark-") as tmp:
@@ -104,7 +106,29 @@ def spark_session(
             f"-Dlog4j2.configurationFile=file:{log_config} {java_options}".strip(),
         )
         # log4j reads its file once, when the JVM starts
+        return _started(conf, master)
+
+
+def _started(conf: SparkConf, master: str) -> SparkSession:
+    """The session of ``conf``, or SparkStartError naming ``master`` and Spark's reason."""
+    try:
         return SparkSession.builder.config(conf=conf).getOrCreate()
+    except Exception as exc:  # (py4j's and PySpark's errors share no base but this)
+        raise SparkStartError(
+            f"Spark could not start with master {master}: {_reason(exc)}"
+        ) from exc
+
+
+def _reason(exc: Exception) -> str:
+    """What a failed start says: the Java exception's own line when the JVM raised it
+    (py4j's text begins with the call that failed), else the first line."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            return str(java.toString())
+        except Exception:  # (the JVM gone meanwhile)
+            pass
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def jit_options(hop_rows: int) -> str:

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -106,6 +107,37 @@ def test_hop_validate_refuses_a_folder_with_files_or_an_unknown_scenario_first(
     result = run_hop("validate", "tree7", "--scenario", "nope", "--out", str(fresh))
     assert result.returncode == 2 and "unknown scenario 'nope'" in result.stderr, result.stderr
     assert not fresh.exists()
+
+
+@pytest.mark.parametrize("command", ["analyze", "validate"])
+def test_a_spark_master_of_no_form_spark_takes_exits_2(tmp_path: Path, command: str) -> None:
+    """Spark itself would refuse it only once its JVM had started, with the JVM's stack."""
+    where = ["--out", str(tmp_path / "v")] if command == "validate" else []
+    target = "tree7" if command == "validate" else str(tmp_path)
+    result = run_hop(command, target, *where, "--master", "bogus://x")
+    assert result.returncode == 2, result.stderr
+    assert "argument --master: expected local, local[N], spark://HOST:PORT" in result.stderr
+
+
+@pytest.mark.needs("java")
+def test_spark_that_cannot_start_is_named_with_its_reason() -> None:
+    """A master of the right form that Spark cannot use: SparkStartError (hop exits 1
+    with it as its one line) naming the master and the Java exception's own words."""
+    code = (
+        "from monitor.errors import SparkStartError\n"
+        "from monitor.spark import spark_session\n"
+        "try:\n"
+        "    spark_session('local[0]')\n"
+        "except SparkStartError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert done.stdout.strip() == (
+        "Spark could not start with master local[0]: "
+        "org.apache.spark.SparkException: Asked to run locally with 0 threads"
+    ), done.stderr[-2000:]
 
 
 def test_bad_filter_in_hop_sub_exits_2() -> None:

@@ -60,6 +60,7 @@ from monitor.analysis.staging import stage_traces
 from monitor.analysis.visits import ClassRouting, solve_visit_ratios
 from monitor.analysis.window import WINDOWS, Window, run_window
 from monitor.spark import jit_options, session_jit, spark_session
+from monitor.spark_master import master_url
 from monitor.traces import TraceError
 
 __all__ = ["TOLERANCE", "TraceError", "analyze", "findings", "main"]
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     (with a one-line message); other errors propagate."""
     parser = argparse.ArgumentParser(prog="hop analyze", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a run directory written by `hop replay`")
-    parser.add_argument("--master", help="Spark master URL (default local[*])")
+    parser.add_argument("--master", type=master_url, help="Spark master URL (default local[*])")
     parser.add_argument(
         "--window",
         choices=WINDOWS,
