@@ -186,6 +186,7 @@ class BrokerProcesses:
         self.forked = forked
         self.procs: dict[int, BrokerProcess] = {}
         self.started_at: dict[int, float] = {}
+        self.logs: dict[int, Path] = {}  # each broker's standard error, if it has a file
         self._server: BlockingForkServer | None = None
 
     def host_of(self, broker_id: int) -> HostSpec:
@@ -213,7 +214,8 @@ class BrokerProcesses:
         stderr = None
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
-            stderr = (log_dir / f"broker-{broker_id}.log").open("ab")
+            self.logs[broker_id] = log_dir / f"broker-{broker_id}.log"
+            stderr = self.logs[broker_id].open("ab")
         proc: BrokerProcess
         try:
             if self.forked and here and python == sys.executable:
@@ -260,6 +262,17 @@ class BrokerProcesses:
             return there.rstrip("/") + arg[len(here.rstrip("/")) :]
         return arg
 
+    def _said(self, broker_id: int) -> str:
+        """": " and the last line a broker that ended said as a command (`hop broker:
+        ...`, why it could not start) in its log, if it has one; else ""."""
+        log = self.logs.get(broker_id)
+        try:
+            lines = log.read_text(errors="replace").splitlines() if log is not None else []
+        except OSError:
+            return ""
+        said = [line for line in lines if line.startswith("hop broker: ")]
+        return f": {said[-1]}" if said else ""
+
     def wait_listening(self, timeout: float = 20.0) -> None:
         """Wait until every broker answers on its port; StartupError if one exits.
 
@@ -273,7 +286,7 @@ class BrokerProcesses:
                 if proc.poll() is not None:
                     raise StartupError(
                         f"broker {broker_id} on host {self.host_of(broker_id).label} "
-                        f"exited with code {proc.returncode}"
+                        f"exited with code {proc.returncode}{self._said(broker_id)}"
                     )
                 if self._answers(broker_id, proc.pid):
                     del waiting[broker_id]
@@ -300,7 +313,10 @@ class BrokerProcesses:
                     break
                 proc = self.procs.get(broker_id)
                 if proc is not None and proc.poll() is not None:
-                    raise StartupError(f"broker {broker_id} exited with code {proc.returncode}")
+                    raise StartupError(
+                        f"broker {broker_id} exited with code {proc.returncode}"
+                        f"{self._said(broker_id)}"
+                    )
                 if time.monotonic() > deadline:
                     problem = stats.get("parent_problem") if not parent_ok else None
                     raise StartupError(

@@ -109,6 +109,23 @@ def test_hop_validate_refuses_a_folder_with_files_or_an_unknown_scenario_first(
     assert not fresh.exists()
 
 
+@pytest.mark.integration
+def test_hop_replay_says_why_a_broker_could_not_start(tmp_path: Path) -> None:
+    """The broker's own one line (here: its port taken), not only its exit code; the
+    rest is in RUN/logs."""
+    base = free_base_port(7)
+    study = tmp_path / "t7.toml"
+    text = (REPO / "topologies" / "tree7.toml").read_text()
+    study.write_text(text.replace("base_port = 7300", f"base_port = {base}"))
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", base + 3))
+        blocker.listen()
+        result = run_hop("replay", str(study), "--out", str(tmp_path / "run"), "--quiet")
+    assert result.returncode == 1, result.stderr
+    said = f"broker 3: cannot listen on 127.0.0.1:{base + 3}: address already in use"
+    assert said in result.stderr.splitlines()[-1], result.stderr
+
+
 @pytest.mark.parametrize("command", ["analyze", "validate"])
 def test_a_spark_master_of_no_form_spark_takes_exits_2(tmp_path: Path, command: str) -> None:
     """Spark itself would refuse it only once its JVM had started, with the JVM's stack."""
