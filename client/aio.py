@@ -701,7 +701,7 @@ class AsyncClient(ClientCalls[AsyncSubscription, _Reply]):
             if isinstance(self._stream, trio.abc.HalfCloseableStream):  # TLS is not
                 await self._stream.send_eof()  # Bye or Error is out
         except _IO_ERRORS as exc:
-            self._lose(lost(f"writing to the broker failed: {exc!r}", exc))
+            self._lose(_io_failed("writing to", exc))
         finally:
             self._writer_done.set()
 
@@ -716,7 +716,7 @@ class AsyncClient(ClientCalls[AsyncSubscription, _Reply]):
         except ProtocolError as exc:
             await self._report_violation(exc)
         except ReadFailed as exc:  # (what a handler raises, OSErrors too, is its own)
-            self._lose(lost(f"reading from the broker failed: {exc.error!r}", exc.error))
+            self._lose(_io_failed("reading from", exc.error))
 
     async def _receive_some(self) -> bytes | bytearray:
         """A read of a stream without a socket of its own (TLS); ReadFailed if it fails."""
@@ -854,6 +854,18 @@ class AsyncClient(ClientCalls[AsyncSubscription, _Reply]):
             reply.event.set()
         for sub in self._subscriptions.values():
             sub._close(error)
+
+
+def _io_failed(doing: str, exc: BaseException) -> ConnectionLost:
+    """The loss of a read or write that raised ``exc``, caused by what broke beneath
+    trio's BrokenResourceError (an OSError, or the SSLError of a TLS connection that
+    failed, said as such: the asyncio client's words for it too)."""
+    if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    if isinstance(exc, ssl.SSLError):
+        plain = " (is that broker serving TLS?)" if "WRONG_VERSION_NUMBER" in str(exc) else ""
+        return lost(f"TLS with the broker failed: {exc}{plain}", exc)
+    return lost(f"{doing} the broker failed: {exc!r}", exc)
 
 
 async def _open_stream(host: str, port: int, ssl_context: ssl.SSLContext | None) -> trio.abc.Stream:

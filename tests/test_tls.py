@@ -193,7 +193,7 @@ def refusal(
     address: tuple[str, int], name: str, context: ssl.SSLContext, by_server: bool = False
 ) -> BaseException:
     """The TLS error behind a client's failed connection (the client raises
-    ConnectionLost, whose cause is trio's BrokenResourceError, whose cause is it).
+    ConnectionLost caused by it).
 
     `by_server`: the server refuses the client's certificate. In TLS 1.3 it does so
     after the client has finished its side of the handshake, so the client sees the
@@ -201,11 +201,24 @@ def refusal(
     says why (the callers check it)."""
     with pytest.raises(client.ConnectionLost) as info:
         trio.run(connect, address, name, context)
-    broken = info.value.__cause__
-    assert isinstance(broken, trio.BrokenResourceError), repr(info.value)
     allowed = (ssl.SSLError, ConnectionResetError) if by_server else ssl.SSLError
-    assert isinstance(broken.__cause__, allowed), repr(broken)
-    return broken.__cause__
+    assert isinstance(info.value.__cause__, allowed), repr(info.value)
+    if isinstance(info.value.__cause__, ssl.SSLError):
+        assert str(info.value).startswith("TLS with the broker failed: "), info.value
+        plain = "WRONG_VERSION_NUMBER" in str(info.value.__cause__)
+        assert str(info.value).endswith("(is that broker serving TLS?)") == plain, info.value
+    return info.value.__cause__
+
+
+def test_a_client_in_tls_to_a_plain_broker_is_told_so(tmp_path: Path, certs: Path) -> None:
+    net = Network(chain(1, name="plain1", base_port=free_base_port(1)), tmp_path)
+    net.start()
+    try:
+        error = refusal(net.address(1), "tls-client", client_ssl_context(certs / "ca.pem"))
+    finally:
+        net.stop()
+    assert isinstance(error, ssl.SSLError)
+    assert "WRONG_VERSION_NUMBER" in str(error)
 
 
 def test_a_broker_with_another_cas_certificate_is_refused_by_its_child_and_by_clients(
