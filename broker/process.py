@@ -263,7 +263,7 @@ class BrokerProcesses:
         return arg
 
     def _said(self, broker_id: int) -> str:
-        """": " and the last line a broker that ended said as a command (`hop broker:
+        """ ": " and the last line a broker that ended said as a command (`hop broker:
         ...`, why it could not start) in its log, if it has one; else ""."""
         log = self.logs.get(broker_id)
         try:
