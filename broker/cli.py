@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from broker import logs
+from broker.forkserver import ForkServerError
 from broker.groups import sole_exception
 from broker.limits import Limits
 from broker.process import BrokerProcesses, StartupError, run_broker
@@ -156,6 +157,7 @@ def cmd_net(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    told_gone = False
     try:
         procs.start()
         procs.wait_listening()
@@ -171,10 +173,18 @@ def cmd_net(args: argparse.Namespace) -> int:
             if failed:
                 logs.say(f"hop net: brokers exited: {failed}; stopping")
                 return EXIT_FAILURE
+            if (gone := procs.server_gone()) is not None:
+                logs.say(f"hop net: {gone}; stopping its brokers by PID")
+                told_gone = True
+                return EXIT_FAILURE
             time.sleep(0.2)
         return EXIT_OK
     finally:
-        procs.stop()
+        try:
+            procs.stop()
+        except ForkServerError:  # the server's end, with their codes: said once
+            if not told_gone:
+                raise
 
 
 READY_LINE = "Ctrl-C stops all brokers."
@@ -374,7 +384,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 LAYER = Layer(
     register,
     bad_input=(BadInput, TopologyError, FilterSyntaxError),
-    failures=(StartupError, OSError),
+    failures=(StartupError, ForkServerError, OSError),
 )
 
 

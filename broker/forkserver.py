@@ -257,6 +257,11 @@ class ServerEnd:
     def exit_code(self, pid: int) -> int | None:
         return self._codes.get(pid)
 
+    @property
+    def ended(self) -> bool:
+        """Whether the server is gone (as last seen: `collect` looks again)."""
+        return self._ended
+
     def collect(self) -> None:
         """Take in the exit reports the server has sent, without waiting."""
         while not self._ended and (data := self._recv()) is not None:
@@ -299,12 +304,17 @@ class ServerEnd:
         return int(message["pid"]) if "pid" in message else None
 
     def why_gone(self) -> str:
-        """That the server ended, with the last lines of its log."""
+        """That the server ended, how if known, with the last lines of its log."""
+        ended = f"the fork server for {self.module} ended{self._how_ended()}"
         if self._log is None:
-            return f"the fork server for {self.module} ended (its errors are above)"
+            return f"{ended} (what it said, if anything, is above)"
         tail = self._log.read_text(errors="replace").strip().splitlines()[-3:]
         said = f"; its log ends: {' | '.join(tail)}" if tail else ""
-        return f"the fork server for {self.module} ended (log {self._log}){said}"
+        return f"{ended} (log {self._log}){said}"
+
+    def _how_ended(self) -> str:
+        """How the server process ended, where the owner can tell: ", killed by SIGKILL"."""
+        return ""
 
 
 class BlockingForkServer(ServerEnd):
@@ -320,6 +330,12 @@ class BlockingForkServer(ServerEnd):
     ) -> None:
         super().__init__(module, control, log, grace_s)
         self.process = process
+
+    def _how_ended(self) -> str:
+        code = self.process.poll()
+        if code is None:
+            return ""
+        return f", killed by {signal.Signals(-code).name}" if code < 0 else f" with code {code}"
 
     @classmethod
     def start(

@@ -353,6 +353,14 @@ class BrokerProcesses:
         # launch, so a broker left from before on that port does not count.
         return stats.get("uptime_s", 1e9) <= time.monotonic() - self.started_at[broker_id] + 1
 
+    def server_gone(self) -> str | None:
+        """Why the fork server of the brokers forked here ended, if it did: their exit
+        codes can no longer be told (`stop` still stops them, by PID)."""
+        if self._server is None:
+            return None
+        self._server.collect()
+        return self._server.why_gone() if self._server.ended else None
+
     def failed(self) -> dict[int, int]:
         """Brokers that have exited, with their exit codes."""
         codes = {b: p.poll() for b, p in self.procs.items()}

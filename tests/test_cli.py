@@ -286,6 +286,41 @@ def test_brokers_outlive_a_killed_hop_net_by_the_fork_servers_grace_only(tmp_pat
 
 
 @pytest.mark.integration
+def test_hop_net_whose_fork_server_is_killed_says_so_and_stops_its_brokers(
+    tmp_path: Path,
+) -> None:
+    """Its brokers' exit codes go with the server: `hop net` cannot watch them any more,
+    so it says so in one line, stops them by PID and exits 1."""
+    net = Network.from_file("chain5", tmp_path)
+    addresses = [net.address(b) for b in range(1, 6)]
+    proc = subprocess.Popen(
+        [*HOP, "net", str(net.file)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    pids: list[int] = []
+    try:
+        pids = broker_pids(addresses, 30)
+        server = parent_of(pids[0])
+        assert server is not None and parent_of(server) == proc.pid
+        os.kill(server, signal.SIGKILL)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 1, err
+        said = "hop net: the fork server for broker.cli ended, killed by SIGKILL"
+        assert said in err and "Traceback" not in err, err
+        assert running_after(pids, 5.0) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in pids:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.integration
 def test_hop_replay_stops_its_brokers_on_sigterm(tmp_path: Path) -> None:
     from tests.test_replay import small_study
 
