@@ -149,6 +149,14 @@ def cmd_net(args: argparse.Namespace) -> int:
         extra += ["--secret-file", str(secret.resolve())]
     credentials = ClientCredentials.for_network(topology, secret)
     procs = BrokerProcesses(study_path(args.file), topology, extra, credentials, forked=True)
+    elsewhere = [b for b in sorted(topology.brokers) if not procs.here(b)]
+    if elsewhere:
+        host = topology.address(elsewhere[0])[0]
+        raise BadInput(
+            f"{args.file}: hop net runs every broker on this host, but broker {elsewhere[0]}'s "
+            f"host {host} is not this one: run `hop broker FILE --id N` on each host "
+            "(docs/across-hosts.md), or a replay, which starts brokers on other hosts"
+        )
     stop = False
 
     def on_signal(signum: int, frame: Any) -> None:

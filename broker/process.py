@@ -192,7 +192,8 @@ class BrokerProcesses:
     def host_of(self, broker_id: int) -> HostSpec:
         return self.deployment.host(self.topology.address(broker_id)[0])
 
-    def _here(self, broker_id: int) -> bool:
+    def here(self, broker_id: int) -> bool:
+        """Whether broker `broker_id` runs on this host (else through a launcher)."""
         return runs_here(self.host_of(broker_id), self.deployment)
 
     def start(self, broker_ids: Sequence[int] | None = None, log_dir: Path | None = None) -> None:
@@ -204,7 +205,7 @@ class BrokerProcesses:
         on another host through the deployment's launcher (with --stop-on-eof: closing
         its input stops it, whatever the launcher does with signals)."""
         host = self.host_of(broker_id)
-        here = self._here(broker_id)
+        here = self.here(broker_id)
         args = [str(self.topology_file), "--id", str(broker_id), *self.extra_args]
         if not here:
             args = [self._there(arg) for arg in args] + ["--stop-on-eof"]
@@ -347,7 +348,7 @@ class BrokerProcesses:
             )
         except (OSError, ProtocolError):
             return False
-        if self._here(broker_id):
+        if self.here(broker_id):
             return stats.get("pid") == pid
         # Started elsewhere, its pid is not ours to know: it must be younger than the
         # launch, so a broker left from before on that port does not count.

@@ -285,6 +285,19 @@ def test_brokers_outlive_a_killed_hop_net_by_the_fork_servers_grace_only(tmp_pat
                 os.kill(pid, signal.SIGKILL)
 
 
+def test_hop_net_refuses_a_topology_with_brokers_on_other_hosts(tmp_path: Path) -> None:
+    """It runs every broker here; a broker elsewhere is started there (`hop broker`) or
+    by a replay. Refused before anything starts: no launcher, no traffic."""
+    text = (REPO / "topologies" / "tree7.toml").read_text()
+    moved = text.replace("[[brokers]]\nid = 3\n", '[[brokers]]\nid = 3\nhost = "10.9.9.9"\n', 1)
+    assert moved != text
+    file = tmp_path / "spread.toml"
+    file.write_text(moved)
+    result = run_hop("net", str(file))
+    assert result.returncode == 2, result.stderr
+    assert "broker 3's host 10.9.9.9 is not this one" in result.stderr, result.stderr
+
+
 @pytest.mark.integration
 def test_hop_net_whose_fork_server_is_killed_says_so_and_stops_its_brokers(
     tmp_path: Path,
