@@ -34,6 +34,7 @@ from monitor.model.network import Arrival, EventClass, Host, Network, Station, T
 from monitor.model.operational import Method, OperationalResult
 from monitor.model.operational import analyze as operational
 from monitor.model.simulation import SimulationResult, simulate
+from monitor.traces import check_manifest
 from monitor.validate import SIMULATION_S
 from monitor.warmth import matched
 from topologies import load_case_study, publisher_name
@@ -85,7 +86,6 @@ def target_workload(
     (Poisson) arrivals: with the same seed, a replay at `rate_scale` times the rates
     (and 1/`rate_scale` times the durations) publishes the same events, faster.
     """
-    run_rates = {k: float(v) for k, v in char.manifest["rates"].items()}
     study_path = study_file or char.run_dir / "case_study.toml"
     study = load_case_study(study_path)
     arrivals = {publisher_name(p.id): p.arrival for p in study.publishers.values()}
@@ -94,13 +94,14 @@ def target_workload(
             raise InputError("measured rates are the run's own: give no case study or scenario")
         rates = {p: r * rate_scale for p, r in char.rates.items()}
         return Target(rates, arrivals, same_as_run=rate_scale == 1.0)
+    manifest = check_manifest(char.manifest, char.run_dir, ("rates",))
+    run_rates = {publisher_name(int(k)): v for k, v in manifest["rates"].items()}
     if study_file is None and scenario is None and rate_scale == 1.0:
-        rates = {publisher_name(int(k)): v for k, v in run_rates.items()}
-        return Target(rates, arrivals, same_as_run=True)
+        return Target(run_rates, arrivals, same_as_run=True)
     raw = study.rates_for(scenario)
     rates = {publisher_name(k): v * rate_scale for k, v in raw.items()}
-    same = all(
-        abs(rates[publisher_name(int(k))] - v) < 1e-9 * max(1.0, v) for k, v in run_rates.items()
+    same = rates.keys() == run_rates.keys() and all(
+        abs(rates[p] - v) < 1e-9 * max(1.0, v) for p, v in run_rates.items()
     )
     return Target(rates, arrivals, same_as_run=same)
 

@@ -1,14 +1,27 @@
 """What `hop predict` hands the model from a characterization: delays by link, home
-broker, subscriber and (publisher, subscriber) pair (monitor.predict)."""
+broker, subscriber and (publisher, subscriber) pair; and the run's rates it refuses,
+naming them (monitor.predict)."""
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 
+from broker.local_network import REPO
 from monitor.characterize import Characterization
-from monitor.predict import KEYED_MIN_SAMPLES, Target, build_network, warmed
+from monitor.errors import InputError
+from monitor.predict import (
+    KEYED_MIN_SAMPLES,
+    Target,
+    build_network,
+    target_workload,
+    warmed,
+)
 from monitor.warmth import matched
 from tests.test_carry import run
 
@@ -58,3 +71,38 @@ def test_redrawn_by_idle_gaps_a_link_keeps_its_own_samples() -> None:
         # drawn from all links alike, the rows would get the other link's delays
         pooled = matched(char.link_delay_ns, char.link_gap_ns, 3.0, np.random.default_rng(1))
         assert np.any(pooled[rows] != value)
+
+
+# -- what hop predict refuses -------------------------------------------------------------
+
+TREE7 = REPO / "topologies" / "tree7.toml"
+RATES = {"1": 20.0, "2": 10.0, "3": 10.0, "4": 5.0}  # tree7's, as its manifest has them
+
+
+def tree7_run(folder: Path, manifest: dict[str, Any]) -> Characterization:
+    """A characterization of a tree7 run in `folder` (its case study copied there, as
+    `hop replay` does) whose manifest is `manifest`."""
+    shutil.copy(TREE7, folder / "case_study.toml")
+    return dataclasses.replace(run(45.0), run_dir=folder, manifest=manifest)
+
+
+@pytest.mark.parametrize(
+    ("rates", "said"),
+    [
+        ("fast", 'rates must be a table (a JSON object), got "fast"'),
+        ({**RATES, "1": -5}, "rates.1 must be a finite number at least 0, got -5"),
+        ({**RATES, "2": "x"}, 'rates.2 must be a finite number at least 0, got "x"'),
+        ({"pub1": 20.0}, 'rates has the key "pub1", not a publisher id'),
+    ],
+)
+def test_the_runs_rates_in_its_manifest_are_checked(
+    tmp_path: Path, rates: object, said: str
+) -> None:
+    char = tree7_run(tmp_path, {"rates": rates})
+    with pytest.raises(InputError) as refused:
+        target_workload(char, None, "double")
+    assert str(refused.value) == f"{tmp_path / 'manifest.json'}: {said}"
+    # as hop replay writes them, the run's rates are the target by default
+    own = target_workload(dataclasses.replace(char, manifest={"rates": RATES}), None, None)
+    assert own.rates == {"pub1": 20.0, "pub2": 10.0, "pub3": 10.0, "pub4": 5.0}
+    assert own.same_as_run
