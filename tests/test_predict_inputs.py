@@ -1,6 +1,6 @@
 """What `hop predict` hands the model from a characterization: delays by link, home
-broker, subscriber and (publisher, subscriber) pair; and the run's rates it refuses,
-naming them (monitor.predict)."""
+broker, subscriber and (publisher, subscriber) pair; and the target workloads, rates
+and options it refuses, naming them (monitor.predict)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,13 @@ from monitor.predict import (
     KEYED_MIN_SAMPLES,
     Target,
     build_network,
+    predict,
     target_workload,
     warmed,
 )
 from monitor.warmth import matched
 from tests.test_carry import run
+from topologies import PublisherSpec, load_case_study, study_path, to_toml
 
 TREE = ((("1", "2"),), (("2", ("sub1",)),))  # pub1 at broker 1, forwarded to 2, delivered
 
@@ -106,3 +108,54 @@ def test_the_runs_rates_in_its_manifest_are_checked(
     own = target_workload(dataclasses.replace(char, manifest={"rates": RATES}), None, None)
     assert own.rates == {"pub1": 20.0, "pub2": 10.0, "pub3": 10.0, "pub4": 5.0}
     assert own.same_as_run
+
+
+PUBLISHERS = load_case_study(TREE7).publishers
+
+
+def _publishers(**changes: Any) -> dict[int, PublisherSpec]:
+    """tree7's publishers, publisher 1 with `changes` (its key follows its id)."""
+    first = dataclasses.replace(PUBLISHERS[1], **changes)
+    return {first.id: first, **{k: p for k, p in PUBLISHERS.items() if k != 1}}
+
+
+@pytest.mark.parametrize(
+    ("workload", "said"),
+    [
+        ("siena15", "brokers not in the run: 8, 9, 10, 11, 12, 13, 14, 15"),
+        ({"publishers": {}, "scenarios": {}}, "the run's publishers missing: 1, 2, 3, 4"),
+        ({"publishers": _publishers(id=9), "scenarios": {}}, "publishers not in the run: 9"),
+        ({"publishers": _publishers(broker=5)}, "publisher 1: broker 5 here, 4 in the run"),
+        ({"subscribers": {}}, "the run's subscribers missing: 1, 2, 3, 4, 5, 6, 7, 8"),
+    ],
+)
+def test_a_workload_of_another_network_than_the_runs_is_refused_naming_the_difference(
+    tmp_path: Path, workload: str | dict[str, Any], said: str
+) -> None:
+    """The model is the run's network: a workload file gives it rates, not brokers or
+    clients it has no trees, service times or delays for."""
+    char = tree7_run(tmp_path, {"rates": RATES})
+    if isinstance(workload, str):
+        study = study_path(workload)
+    else:  # tree7 with these CaseStudy fields changed
+        study = tmp_path / "workload.toml"
+        study.write_text(to_toml(dataclasses.replace(load_case_study(TREE7), **workload)))
+    with pytest.raises(InputError) as refused:
+        target_workload(char, study, None)
+    assert str(refused.value).startswith(f"{study}: {said} (the run's case study: ")
+    # the run's own network, at other rates, is a workload it predicts
+    assert target_workload(char, TREE7, "skewed").rates["pub1"] == 40.0
+
+
+@pytest.mark.parametrize("measured_rates", [False, True])
+def test_a_rate_scale_that_makes_the_rates_infinite_is_refused(
+    tmp_path: Path, measured_rates: bool
+) -> None:
+    char = tree7_run(tmp_path, {"rates": RATES})
+    with pytest.raises(InputError, match=r"rate scale 1e\+308 is too large"):
+        target_workload(char, None, None, 1e308, measured_rates)
+
+
+def test_an_unknown_trend_is_refused_without_other_runs(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="unknown trend 'bogus'"):
+        predict(tmp_path, trend="bogus")  # before the run folder (empty here) is read
