@@ -35,11 +35,14 @@ import pandas as pd
 
 from monitor.errors import InputError
 from monitor.measured import in_measurement
-from monitor.traces import read_manifest, read_table
+from monitor.traces import MEASURE_WINDOW, read_manifest, read_table
 from monitor.warmth import gaps_since, idle_gaps
 
 Tree = tuple[tuple[tuple[str, str], ...], tuple[tuple[str, tuple[str, ...]], ...]]
 """(sorted (from, to) edges, sorted (broker, subscribers delivered there))."""
+
+CHARACTERIZED = (*MEASURE_WINDOW, "phases.cpu_s", "host.cores")
+"""The manifest fields a characterization reads (`monitor.traces.MANIFEST_FIELDS`)."""
 
 
 @dataclass
@@ -92,7 +95,7 @@ class Characterization:
 
 def characterize(run_dir: Path) -> Characterization:
     """Read RUN_DIR's traces and manifest into model inputs."""
-    manifest = read_manifest(run_dir)
+    manifest = read_manifest(run_dir, CHARACTERIZED)
     phases = manifest["phases"]
     lo, hi = phases["measure_start_ns"], phases["measure_end_ns"]
     window_s = (hi - lo) / 1e9

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from monitor.carry import carried
+from monitor.carry import carried, check_trend
 from monitor.characterize import Characterization, characterize
 from monitor.errors import InputError, check_number
 from monitor.measured import in_window
@@ -34,9 +35,10 @@ from monitor.model.network import Arrival, EventClass, Host, Network, Station, T
 from monitor.model.operational import Method, OperationalResult
 from monitor.model.operational import analyze as operational
 from monitor.model.simulation import SimulationResult, simulate
+from monitor.traces import check_manifest
 from monitor.validate import SIMULATION_S
 from monitor.warmth import matched
-from topologies import load_case_study, publisher_name
+from topologies import CaseStudy, load_case_study, publisher_name
 
 METHODS = ("mm1", "mm1-ps", "sim")
 PREDICTIONS = pa.schema(
@@ -85,24 +87,78 @@ def target_workload(
     (Poisson) arrivals: with the same seed, a replay at `rate_scale` times the rates
     (and 1/`rate_scale` times the durations) publishes the same events, faster.
     """
-    run_rates = {k: float(v) for k, v in char.manifest["rates"].items()}
-    study_path = study_file or char.run_dir / "case_study.toml"
-    study = load_case_study(study_path)
+    run_file = char.run_dir / "case_study.toml"
+    study = load_case_study(study_file or run_file)
+    if study_file is not None:
+        same_network(study, study_file, load_case_study(run_file), run_file)
     arrivals = {publisher_name(p.id): p.arrival for p in study.publishers.values()}
     if measured_rates:
         if study_file is not None or scenario is not None:
             raise InputError("measured rates are the run's own: give no case study or scenario")
-        rates = {p: r * rate_scale for p, r in char.rates.items()}
+        rates = finite_rates({p: r * rate_scale for p, r in char.rates.items()}, rate_scale)
         return Target(rates, arrivals, same_as_run=rate_scale == 1.0)
+    manifest = check_manifest(char.manifest, char.run_dir, ("rates",))
+    run_rates = {publisher_name(int(k)): v for k, v in manifest["rates"].items()}
     if study_file is None and scenario is None and rate_scale == 1.0:
-        rates = {publisher_name(int(k)): v for k, v in run_rates.items()}
-        return Target(rates, arrivals, same_as_run=True)
+        return Target(run_rates, arrivals, same_as_run=True)
     raw = study.rates_for(scenario)
-    rates = {publisher_name(k): v * rate_scale for k, v in raw.items()}
-    same = all(
-        abs(rates[publisher_name(int(k))] - v) < 1e-9 * max(1.0, v) for k, v in run_rates.items()
+    rates = finite_rates({publisher_name(k): v * rate_scale for k, v in raw.items()}, rate_scale)
+    same = rates.keys() == run_rates.keys() and all(
+        abs(rates[p] - v) < 1e-9 * max(1.0, v) for p, v in run_rates.items()
     )
     return Target(rates, arrivals, same_as_run=same)
+
+
+def same_network(study: CaseStudy, study_file: Path, run_study: CaseStudy, run_file: Path) -> None:
+    """InputError naming the first difference unless the workload file `study_file`
+    has the run's brokers (each with its parent), publishers and subscribers (each at
+    its broker). The model is the run's network (its trees, service times and delays)
+    and takes only the rates and arrival processes from the file: a file of another
+    network would be predicted on the run's, its other clients left out."""
+    for what, attribute, mine, run in (
+        ("broker", "parent", study.topology.brokers, run_study.topology.brokers),
+        ("publisher", "broker", study.publishers, run_study.publishers),
+        ("subscriber", "broker", study.subscribers, run_study.subscribers),
+    ):
+        ours = {k: getattr(v, attribute) for k, v in mine.items()}
+        theirs = {k: getattr(v, attribute) for k, v in run.items()}
+        difference = _difference(what, attribute, ours, theirs)
+        if difference is not None:
+            raise InputError(
+                f"{study_file}: {difference} (the run's case study: {run_file}); a "
+                "prediction is for the run's network, at other rates"
+            )
+
+
+def _difference(
+    what: str, attribute: str, ours: dict[int, int | None], theirs: dict[int, int | None]
+) -> str | None:
+    """The first difference between a file's `what`s (id -> `attribute`) and the run's."""
+    extra, missing = sorted(ours.keys() - theirs.keys()), sorted(theirs.keys() - ours.keys())
+    if extra:
+        return f"{what}s not in the run: {_ids(extra)}"
+    if missing:
+        return f"the run's {what}s missing: {_ids(missing)}"
+    for key in sorted(ours):
+        if ours[key] != theirs[key]:
+            return f"{what} {key}: {attribute} {ours[key]} here, {theirs[key]} in the run"
+    return None
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(str(i) for i in ids)
+
+
+def finite_rates(rates: dict[str, float], rate_scale: float) -> dict[str, float]:
+    """`rates` (events/s, scaled by `rate_scale`) if their sum is finite, else an
+    InputError naming the scale: a finite scale can still make a rate (and every
+    throughput the model sums from the rates) overflow."""
+    total = sum(rates.values())
+    if not math.isfinite(total):
+        raise InputError(
+            f"rate scale {rate_scale:g} is too large: the rates it gives add up to {total} events/s"
+        )
+    return rates
 
 
 def _throughputs(char: Characterization, rates: dict[str, float]) -> tuple[dict[str, float], float]:
@@ -268,6 +324,7 @@ def predict(
         raise InputError(f"unknown methods {sorted(unknown)}; use {METHODS}")
     check_number(rate_scale, "rate scale", positive=True)
     check_number(max_wall_s, "simulation seconds", positive=True)
+    check_trend(trend)  # used only with other runs, but a wrong one is refused always
     char = characterize(run_dir)
     target = target_workload(char, study_file, scenario, rate_scale, measured_rates)
     # same_as_run: the target is the run's own load, so the run's measurement is what

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -31,17 +29,112 @@ from monitor.errors import InputError
 from monitor.hostload import OTHER_CPU_LIMIT_CORES
 from monitor.measured import in_window
 from monitor.repeats import inside, measured_summary, predicted_summary
-from monitor.traces import read_table
+from monitor.runfiles import (
+    AMOUNT,
+    FLAG,
+    TABLE,
+    TEXT,
+    Field,
+    list_of,
+    or_null,
+    read_checked_json,
+    read_parquet,
+    record,
+    table_of,
+)
+from monitor.traces import MEASURE_WINDOW, read_manifest, read_table
 
 THESIS = {  # worst relative errors of the thesis' Tables 6.1/6.2 (its section 6.1.3)
     "throughput": {"s1": 1.95, "s2": 0.81},
     "latency": {"s1": 5.7, "s2": 12.7},
 }
-TABLES = ("routing_probabilities", "visit_ratios", "paths", "trees", "brokers", "latency")
+TABLES = {  # the analysis tables a report reads, with the columns it uses
+    "routing_probabilities": ("from_broker", "to_broker", "forwarded", "arrived"),
+    "visit_ratios": ("visit_ratio_counted", "visit_ratio_solved"),
+    "paths": (),
+    "trees": ("events",),
+    "brokers": ("broker", "throughput", "utilization", "cpu_mean_ns"),
+    "latency": ("publisher", "subscriber", "deliveries", "hops"),
+}
+PREDICTED = ("kind", "entity", "metric", "method", "predicted", "ci_low", "ci_high")
+SIMULATED = ("latency_ms",)
+
+HEADER = (
+    "case_study.name",
+    "case_study.routing",
+    "scenario",
+    "host.name",
+    "host.cores",
+    "host.platform",
+    "packages",
+    "python",
+    "git_revision",
+)
+"""The manifest fields of the measured run in the report's header
+(`monitor.traces.MANIFEST_FIELDS`)."""
+RUN_FIELDS = (
+    *MEASURE_WINDOW,
+    "total_rate",
+    "workload.warmup_s",
+    "workload.duration_s",
+    "counts.published",
+    "counts.delivered",
+    "counts.lost",
+    "host_load.disturbed",
+    "host_load.phases",
+)
+"""The manifest fields read of every run of a report: its measurement window, its line
+in the header and its host load."""
 
 
 class ReportError(InputError):
-    """The folder cannot be reported on (no manifest, no analysis)."""
+    """The folder cannot be reported on (no manifest, no analysis, a file of either
+    that cannot be read)."""
+
+
+_SIMULATION_END = record(
+    {"stop_reason": TEXT, "limit_s": AMOUNT, "max_relative_ci": or_null(AMOUNT)}
+)
+
+
+def _simulation_end(name: str, value: Any) -> str | None:
+    """How a prediction's simulation ended (`simulation_rows`); a summary written
+    before it was recorded has no ``stop_reason``, and nothing to check."""
+    if isinstance(value, dict) and "stop_reason" not in value:
+        return None
+    return _SIMULATION_END(name, value)
+
+
+SUMMARY_FIELDS = {  # `hop analyze`'s summary.json: what it could not read or reconcile
+    "problems": Field(list_of(TEXT), optional=True),
+    "warnings": Field(list_of(TEXT), optional=True),
+}
+PREDICTION_FIELDS = {  # `hop predict`'s predictions_summary.json (`monitor.predict`)
+    "target_rates": Field(table_of(AMOUNT)),
+    "same_as_run": Field(or_null(FLAG), optional=True),
+    "target": Field(
+        or_null(
+            record(
+                {
+                    "workload": or_null(TEXT),
+                    "scenario": or_null(TEXT),
+                    "rate_scale": AMOUNT,
+                    "measured_rates": FLAG,
+                }
+            )
+        ),
+        optional=True,
+    ),
+    "methods": Field(table_of(TABLE)),
+    "methods.sim": Field(_simulation_end, optional=True),
+    "other_runs": Field(list_of(TEXT), optional=True),
+}
+VALIDATION_FIELDS = {  # `hop validate`'s validation.json (`monitor.validate`)
+    "repetitions": Field(
+        list_of(record({"calibrations": list_of(TEXT, least=1), "measurement": TEXT}), least=1)
+    ),
+    "set_aside": Field(list_of(TEXT), optional=True),
+}
 
 
 @dataclass
@@ -55,21 +148,19 @@ class Run:
 
     @classmethod
     def load(cls, path: Path) -> Run:
-        manifest_path = path / "manifest.json"
-        if not manifest_path.exists():
+        if not (path / "manifest.json").exists():
             raise ReportError(f"{path}: no manifest.json (not a replay folder)")
+        manifest = read_manifest(path, HEADER)
         analysis = path / "analysis"
         tables = {}
-        for name in TABLES:
+        for name, columns in TABLES.items():
             table_path = analysis / f"{name}.parquet"
             if not table_path.exists():
                 raise ReportError(f"{table_path} is missing: run `hop analyze {path}` first")
-            tables[name] = pq.read_table(table_path).to_pandas()
-        predictions_path = analysis / "predictions.parquet"
-        predictions = (
-            pq.read_table(predictions_path).to_pandas() if predictions_path.exists() else None
-        )
-        return cls(path, json.loads(manifest_path.read_text()), tables, predictions)
+            tables[name] = read_parquet(
+                table_path, columns, ReportError, f"run `hop analyze {path}` again"
+            )
+        return cls(path, manifest, tables, _predictions(path))
 
     def brokers(self) -> pd.DataFrame:
         """Per-broker totals over event types."""
@@ -268,7 +359,11 @@ def figure_topology(run: Run) -> str:
 
 
 def _parents(run: Run) -> dict[str, str | None]:
-    study = tomllib.loads((run.path / "case_study.toml").read_text())
+    path = run.path / "case_study.toml"
+    try:
+        study = tomllib.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
+        raise ReportError(f"{path}: unreadable ({exc})") from None
     return {str(b["id"]): (str(b["parent"]) if "parent" in b else None) for b in study["brokers"]}
 
 
@@ -619,13 +714,19 @@ class Layout:
     def of(cls, run_dir: Path) -> Layout:
         record_path = run_dir / "validation.json"
         if record_path.exists():
-            record = json.loads(record_path.read_text())
-            reps = record["repetitions"]
+            validation = read_checked_json(
+                record_path,
+                ReportError,
+                "hop validate writes it",
+                VALIDATION_FIELDS,
+                VALIDATION_FIELDS,
+            )
+            reps = validation["repetitions"]
             return cls(
                 [run_dir / r["calibrations"][0] for r in reps],
                 [[run_dir / c for c in r["calibrations"][1:]] for r in reps],
                 [run_dir / r["measurement"] for r in reps],
-                record.get("set_aside", []),
+                validation.get("set_aside", []),
             )
         if (run_dir / "measurement").exists():
             calibration = run_dir / "calibration"
@@ -656,7 +757,9 @@ def trace_findings(layout: Layout) -> pd.DataFrame | None:
     for label, path in layout.labelled():
         summary_path = path / "analysis" / "summary.json"
         if summary_path.exists():
-            summary = json.loads(summary_path.read_text())
+            summary = read_checked_json(
+                summary_path, ReportError, "hop analyze writes it", SUMMARY_FIELDS, SUMMARY_FIELDS
+            )
             rows += [(label, "problem", line) for line in summary.get("problems", [])]
             rows += [(label, "warning", line) for line in summary.get("warnings", [])]
     return pd.DataFrame(rows, columns=["run", "kind", "what"]) if rows else None
@@ -671,19 +774,24 @@ TRACE_FINDINGS_TEXT = (
 )
 
 
-def _prediction_summary(calibration: Path) -> dict[str, Any] | None:
-    """`hop predict`'s summary in ``calibration``, None where nothing was predicted."""
+def _prediction_summary(calibration: Path, fields: Sequence[str]) -> dict[str, Any] | None:
+    """`hop predict`'s summary in ``calibration``, its `fields` (of `PREDICTION_FIELDS`,
+    those the caller reads) checked; None where nothing was predicted."""
     path = calibration / "analysis" / "predictions_summary.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    writer = "hop predict writes it"
+    return read_checked_json(path, ReportError, writer, PREDICTION_FIELDS, fields)
 
 
 def _other_runs(calibration: Path) -> list[Path]:
-    summary = _prediction_summary(calibration) or {}
+    summary = _prediction_summary(calibration, ("other_runs",)) or {}
     return [Path(p) for p in summary.get("other_runs", [])]
 
 
-def _manifest(path: Path) -> dict[str, Any]:
-    return json.loads((path / "manifest.json").read_text())
+def _manifest(path: Path, fields: Sequence[str] = RUN_FIELDS) -> dict[str, Any]:
+    """The manifest of a run of the report, the `fields` read from it checked."""
+    return read_manifest(path, fields)
 
 
 def simulation_rows(layout: Layout) -> list[tuple[str, str]]:
@@ -692,7 +800,7 @@ def simulation_rows(layout: Layout) -> list[tuple[str, str]]:
     for the summaries that record it."""
     rows = []
     for r, calibration in enumerate(layout.calibrations, start=1):
-        summary = _prediction_summary(calibration)
+        summary = _prediction_summary(calibration, ("methods", "methods.sim"))
         sim = summary["methods"].get("sim", {}) if summary is not None else {}
         if "stop_reason" not in sim:
             continue
@@ -759,6 +867,10 @@ def render(run_dir: Path) -> tuple[Path, Path, str]:
     """Write report.html and report.md into `run_dir`; return them and the summary."""
     layout = Layout.of(run_dir)
     measured = Run.load(layout.measurements[0])
+    # Every run's manifest and analysis summary are read (and checked) before anything
+    # is computed from them: a file that cannot be used is named at once.
+    labelled = [(label, path, _manifest(path)) for label, path in layout.labelled()]
+    findings = trace_findings(layout)
     predictions = [_predictions(path) for path in layout.calibrations]
     elsewhere = other_load(layout)
     comparison = None
@@ -769,11 +881,15 @@ def render(run_dir: Path) -> tuple[Path, Path, str]:
             measured.latency(),
         )
     sim_path = layout.calibrations[0] / "analysis" / "simulated_latency.parquet"
-    simulated = pq.read_table(sim_path).to_pandas() if sim_path.exists() else None
+    simulated = (
+        read_parquet(sim_path, SIMULATED, ReportError, _predict_again(layout.calibrations[0]))
+        if sim_path.exists()
+        else None
+    )
     scenario = measured.manifest.get("scenario")
-    runs = [(label, _manifest(path)) for label, path in layout.labelled()]
+    runs = [(label, manifest) for label, _, manifest in labelled]
     load = HostLoadSummary.of(
-        [(path.name, _manifest(path)) for _, path in layout.labelled()], layout.set_aside
+        [(path.name, manifest) for _, path, manifest in labelled], layout.set_aside
     )
     if elsewhere is None:
         sentence = summary_sentence(comparison, scenario, load)
@@ -782,7 +898,6 @@ def render(run_dir: Path) -> tuple[Path, Path, str]:
         sentence = other_load_sentence(*elsewhere)
         sections = build_sections(measured, None, None, load)
         sections.insert(1, predictions_section(predictions[0], elsewhere[0]))
-    findings = trace_findings(layout)
     if findings is not None:
         sentence += (
             f" The analysis could not read or reconcile every trace ({len(findings)} "
@@ -836,18 +951,18 @@ def other_load(layout: Layout) -> tuple[float, float] | None:
     for otherwise (`hop predict` run again on the calibration) is another load. Both
     figures returned are nominal rates, but for a target from reached rates."""
     for calibration, measurement in zip(layout.calibrations, layout.measurements, strict=True):
-        summary = _prediction_summary(calibration)
+        summary = _prediction_summary(calibration, ("target_rates", "same_as_run", "target"))
         if summary is None:
             continue
         target = sum(summary["target_rates"].values())
-        rate = float(_manifest(measurement)["total_rate"])
+        rate = float(_manifest(measurement, ("total_rate",))["total_rate"])
         if calibration == measurement:
             same = summary.get("same_as_run")
             if same is None:
                 same = _close(target, rate)
         else:
             asked = summary.get("target")  # None: written before it was recorded
-            scale = rate / float(_manifest(calibration)["total_rate"])
+            scale = rate / float(_manifest(calibration, ("total_rate",))["total_rate"])
             same = asked is None or (
                 asked["measured_rates"]
                 and asked["workload"] is None
@@ -897,4 +1012,10 @@ def predictions_section(predictions: pd.DataFrame | None, target: float) -> Sect
 
 def _predictions(run_dir: Path) -> pd.DataFrame | None:
     path = run_dir / "analysis" / "predictions.parquet"
-    return pq.read_table(path).to_pandas() if path.exists() else None
+    if not path.exists():
+        return None
+    return read_parquet(path, PREDICTED, ReportError, _predict_again(run_dir))
+
+
+def _predict_again(run_dir: Path) -> str:
+    return f"run `hop predict {run_dir}` again"

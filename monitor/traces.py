@@ -1,4 +1,5 @@
-"""Reading a run's traces back: every file of one table, checked and concatenated.
+"""Reading a run's traces back: every file of one table, checked and concatenated;
+and its manifest, the fields a command reads checked.
 
 A file cut short (a broker killed mid-write) still yields its complete record
 batches; what could not be read is reported, not hidden. A file of another
@@ -7,7 +8,7 @@ schema version is refused with a message naming it.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,20 @@ import pyarrow as pa
 
 from broker.trace.schema import SCHEMAS, TABLE_KEY, TRACE_VERSION, VERSION_KEY
 from monitor.errors import InputError
+from monitor.runfiles import (
+    AMOUNT,
+    CORES,
+    COUNT,
+    FLAG,
+    NS,
+    NUMBER,
+    TEXT,
+    Field,
+    or_null,
+    problem,
+    read_json,
+    table_of,
+)
 
 
 class TraceError(InputError):
@@ -29,20 +44,74 @@ class TraceRead:
     problems: list[str] = field(default_factory=list)  # truncated files and what was kept
 
 
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """RUN_DIR's manifest.json, with its measurement phases; TraceError naming the file
-    when it is missing or unusable."""
-    path = run_dir / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TraceError(f"{path}: missing (hop replay writes it)") from None
-    except (OSError, ValueError) as exc:
-        raise TraceError(f"{path}: unreadable ({exc})") from None
-    phases = manifest.get("phases") if isinstance(manifest, dict) else None
-    if not isinstance(phases, dict):
-        raise TraceError(f"{path}: no phases (not written by hop replay?)")
-    return manifest
+MANIFEST_FIELDS: dict[str, Field] = {
+    # the phases' bounds (ns since the epoch) and each process's CPU seconds in the
+    # measurement window (by broker id, and "clients")
+    "phases.start_ns": Field(NS),
+    "phases.measure_start_ns": Field(NS),
+    "phases.measure_end_ns": Field(NS),
+    "phases.drain_end_ns": Field(NS),
+    "phases.cpu_s": Field(table_of(AMOUNT), optional=True),
+    # the nominal rates (events/s) by publisher id, and their sum
+    "rates": Field(table_of(AMOUNT, ("a publisher id", str.isdigit))),
+    "total_rate": Field(AMOUNT),
+    "workload.warmup_s": Field(AMOUNT),
+    "workload.duration_s": Field(AMOUNT),
+    "counts.published": Field(COUNT),
+    "counts.delivered": Field(COUNT),
+    "counts.lost": Field(COUNT),
+    "case_study.name": Field(TEXT),
+    "case_study.routing": Field(TEXT),
+    "scenario": Field(or_null(TEXT), optional=True),
+    "host.name": Field(TEXT),
+    "host.cores": Field(CORES),
+    "host.platform": Field(TEXT),
+    "python": Field(TEXT),
+    "packages": Field(table_of(TEXT)),
+    "git_revision": Field(or_null(TEXT), optional=True),
+    # other processes' load per phase (`monitor.hostload`): a phase or a figure not
+    # recorded is null, and a figure is a difference of two measurements (it may be
+    # a little below 0)
+    "host_load.disturbed": Field(or_null(FLAG), optional=True),
+    "host_load.phases": Field(or_null(table_of(or_null(table_of(or_null(NUMBER))))), optional=True),
+}
+"""Every manifest field a command reads (dotted paths), and what it must hold: each
+command checks those it reads (`read_manifest`), in one place, before using them."""
+
+MEASURE_WINDOW = ("phases.measure_start_ns", "phases.measure_end_ns")
+WHOLE_RUN = ("phases.start_ns", "phases.drain_end_ns")
+WINDOWS = (MEASURE_WINDOW, WHOLE_RUN)  # (start, end) pairs: a window must not be empty
+
+
+def read_manifest(run_dir: Path, fields: Iterable[str] = MEASURE_WINDOW) -> dict[str, Any]:
+    """RUN_DIR's manifest.json, its `fields` (of `MANIFEST_FIELDS`; by default the
+    measurement window) checked; TraceError naming the file and the field when it is
+    missing or unusable."""
+    manifest = read_json(run_dir / "manifest.json", TraceError, "hop replay writes it")
+    return check_manifest(manifest, run_dir, fields)
+
+
+def check_manifest(manifest: Any, run_dir: Path, fields: Iterable[str]) -> dict[str, Any]:
+    """`manifest`, RUN_DIR's as read, if its `fields` (of `MANIFEST_FIELDS`) are as
+    they must be, else TraceError naming the file and the field: for a reader of
+    fields that the command which read the manifest did not check."""
+    names = tuple(fields)
+    wrong = problem(manifest, MANIFEST_FIELDS, names) or _empty_window(manifest, names)
+    if wrong is not None:
+        raise TraceError(f"{run_dir / 'manifest.json'}: {wrong}")
+    return manifest  # a JSON object: `problem` checked it
+
+
+def _empty_window(manifest: dict[str, Any], names: tuple[str, ...]) -> str | None:
+    """What is wrong with a window whose bounds are both in `names` (and checked): an
+    end not after its start (every rate would divide by a length of 0 or less)."""
+    phases = manifest.get("phases", {})
+    for start, end in WINDOWS:
+        if start in names and end in names:
+            lo, hi = (phases[name.removeprefix("phases.")] for name in (start, end))
+            if hi <= lo:
+                return f"{end} ({hi}) is not after {start} ({lo}): an empty window"
+    return None
 
 
 def trace_files(run_dir: Path, table: str) -> list[Path]:

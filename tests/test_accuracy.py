@@ -30,11 +30,15 @@ from monitor.repeats import (
     spread_percent,
 )
 from monitor.report import (
+    TABLES,
     HostLoadSummary,
     Layout,
+    ReportError,
+    Run,
     compare,
     other_load,
     predictions_section,
+    render,
     simulation_rows,
     summary_sentence,
     trace_findings,
@@ -622,3 +626,162 @@ def test_no_spread_is_said_as_such() -> None:
     assert "within the measurement's own run-to-run spread (mean 9.1 %) for 1 of 1 pairs" in (
         sentence
     )
+
+
+# -- a run folder the report cannot use ---------------------------------------------------
+
+PHASES = {"start_ns": 1, "measure_start_ns": 10**9, "measure_end_ns": 3 * 10**9}
+MANIFEST = {  # the fields hop report reads, as hop replay writes them
+    "case_study": {"name": "tree7", "routing": "hierarchical"},
+    "scenario": None,
+    "total_rate": 45.0,
+    "workload": {"warmup_s": 1.0, "duration_s": 2.0},
+    "phases": {**PHASES, "drain_end_ns": 4 * 10**9, "cpu_s": {"1": 0.1}},
+    "counts": {"published": 90, "delivered": 180, "lost": 0},
+    "host": {"name": "vm", "cores": 2, "platform": "Linux"},
+    "python": "3.11.7",
+    "packages": {"pyarrow": "26.0.1"},
+    "git_revision": None,
+}
+
+
+def _analysed_run(path: Path, **manifest: Any) -> Path:
+    """A run folder as `hop report` reads it before drawing anything: a manifest (with
+    `manifest`'s fields in place of `MANIFEST`'s), and each analysis table as a folder
+    of one part, one row of the columns the report uses."""
+    (path / "analysis").mkdir(parents=True)
+    (path / "manifest.json").write_text(json.dumps({**MANIFEST, **manifest}))
+    for name, columns in TABLES.items():
+        folder = path / "analysis" / f"{name}.parquet"
+        folder.mkdir()
+        frame = pd.DataFrame({column: [1] for column in columns or ("path",)})
+        frame.to_parquet(folder / "part-00000.parquet")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({"case_study": 5}, "case_study must be a table (a JSON object), got 5"),
+        ({"counts": "x"}, 'counts must be a table (a JSON object), got "x"'),
+        ({"workload": [1]}, "workload must be a table (a JSON object), got [1]"),
+        (
+            {"workload": {"warmup_s": 1.0, "duration_s": "two"}},
+            'workload.duration_s must be a finite number at least 0, got "two"',
+        ),
+        ({"total_rate": "x"}, 'total_rate must be a finite number at least 0, got "x"'),
+        (
+            {"phases": {**PHASES, "measure_start_ns": "soon"}},
+            'phases.measure_start_ns must be a whole number of nanoseconds, got "soon"',
+        ),
+        (
+            {"host_load": {"disturbed": "yes"}},
+            'host_load.disturbed must be true or false, got "yes"',
+        ),
+        ({"host": {"name": "vm", "cores": 2}}, "host.platform is missing"),
+    ],
+)
+def test_the_report_names_a_manifest_field_it_cannot_use(
+    tmp_path: Path, fields: dict[str, Any], said: str
+) -> None:
+    run = _analysed_run(tmp_path / "run", **fields)
+    with pytest.raises(InputError) as refused:
+        render(run)
+    assert str(refused.value) == f"{run / 'manifest.json'}: {said}"
+
+
+def _cut_in_half(folder: Path) -> None:
+    part = next(folder.glob("part-*"))
+    part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
+
+
+def _emptied(folder: Path) -> None:
+    for part in folder.iterdir():
+        part.unlink()
+
+
+@pytest.mark.parametrize(
+    ("table", "damage", "said"),
+    [
+        ("brokers", _cut_in_half, "unreadable (Error creating dataset."),
+        ("latency", lambda f: next(f.glob("part-*")).write_text("garbage"), "unreadable ("),
+        (
+            "routing_probabilities",
+            _emptied,
+            "no column from_broker, to_broker, forwarded, arrived in it; run `hop analyze",
+        ),
+    ],
+)
+def test_the_report_names_an_analysis_table_it_cannot_read(
+    tmp_path: Path, table: str, damage: Any, said: str
+) -> None:
+    run = _analysed_run(tmp_path / "run")
+    damage(run / "analysis" / f"{table}.parquet")
+    with pytest.raises(ReportError) as refused:
+        Run.load(run)
+    assert str(refused.value).startswith(f"{run / 'analysis' / table}.parquet: {said}")
+    assert "\n" not in str(refused.value)
+
+
+def test_the_report_names_predictions_it_cannot_read(tmp_path: Path) -> None:
+    run = _analysed_run(tmp_path / "run")
+    (run / "analysis" / "predictions.parquet").write_bytes(b"PAR1")
+    with pytest.raises(ReportError) as refused:
+        Run.load(run)
+    assert str(refused.value).startswith(f"{run / 'analysis' / 'predictions.parquet'}: unreadable")
+    assert str(refused.value).endswith(f"run `hop predict {run}` again")
+
+
+def _summaries(run: Path) -> Layout:
+    return Layout([run], [[]], [run])
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "read", "said"),
+    [
+        ("summary.json", "", trace_findings, "unreadable (Expecting value"),
+        ("summary.json", '{"problems": "x"}', trace_findings, 'problems must be a list, got "x"'),
+        ("predictions_summary.json", "junk", other_load, "unreadable (Expecting value"),
+        ("predictions_summary.json", "[1, 2]", other_load, "not a JSON object (got [1, 2])"),
+        (
+            "predictions_summary.json",
+            '{"target_rates": {"pub1": "x"}}',
+            other_load,
+            'target_rates.pub1 must be a finite number at least 0, got "x"',
+        ),
+        (
+            "predictions_summary.json",
+            '{"methods": {"sim": {"stop_reason": "precision"}}}',
+            simulation_rows,
+            "methods.sim.limit_s is missing",
+        ),
+    ],
+)
+def test_the_report_names_an_analysis_summary_it_cannot_read(
+    tmp_path: Path, file: str, text: str, read: Any, said: str
+) -> None:
+    run = _run_folder(tmp_path / "run", 45.0, None, None)
+    (run / "analysis" / file).write_text(text)
+    with pytest.raises(ReportError) as refused:
+        read(_summaries(run))
+    assert str(refused.value).startswith(f"{run / 'analysis' / file}: {said}")
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("{", "unreadable (Expecting property name"),
+        ('{"repetitions": []}', "repetitions must be a list of at least 1 items, got []"),
+        (
+            '{"repetitions": [{"calibrations": ["c"]}]}',
+            "repetitions[0].measurement is missing",
+        ),
+    ],
+)
+def test_the_report_names_a_validation_record_it_cannot_read(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    (tmp_path / "validation.json").write_text(text)
+    with pytest.raises(ReportError) as refused:
+        Layout.of(tmp_path)
+    assert str(refused.value).startswith(f"{tmp_path / 'validation.json'}: {said}")

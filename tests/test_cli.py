@@ -178,6 +178,52 @@ def test_a_folder_that_is_not_a_run_exits_2_naming_the_manifest(
     assert f"{tmp_path / 'manifest.json'}: " in result.stderr
 
 
+PHASES = {"measure_start_ns": 10**9, "measure_end_ns": 3 * 10**9}
+
+
+@pytest.mark.parametrize(
+    ("command", "manifest", "said"),
+    [
+        ("report", b"", "unreadable (Expecting value"),
+        ("report", b"not json", "unreadable (Expecting value"),
+        ("report", b"\xff\xfe\x00", "unreadable ('utf-8' codec can't decode"),
+        ("report", b"[1, 2]", "not a JSON object (got [1, 2])"),
+        ("report", b"null", "not a JSON object (got null)"),
+        ("report", b'{"case_study": 5}', "case_study must be a table (a JSON object), got 5"),
+        (
+            "predict",
+            json.dumps({"phases": {**PHASES, "measure_start_ns": "soon"}}).encode(),
+            'phases.measure_start_ns must be a whole number of nanoseconds, got "soon"',
+        ),
+        (
+            "predict",
+            json.dumps({"phases": {**PHASES, "cpu_s": "x"}, "host": {"cores": 2}}).encode(),
+            'phases.cpu_s must be a table (a JSON object), got "x"',
+        ),
+        (
+            "predict",
+            json.dumps(
+                {"phases": {**PHASES, "measure_end_ns": 10**9}, "host": {"cores": 2}}
+            ).encode(),
+            "phases.measure_end_ns (1000000000) is not after phases.measure_start_ns",
+        ),
+    ],
+)
+def test_a_manifest_hop_cannot_use_exits_2_naming_the_file_and_field(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    manifest: bytes,
+    said: str,
+) -> None:
+    """Refused before anything is computed from it: one line, no traceback."""
+    (tmp_path / "manifest.json").write_bytes(manifest)
+    assert hop.cli.main([command, str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hop {command}: {tmp_path / 'manifest.json'}: {said}"), err
+    assert len(err.splitlines()) == 1, err  # no traceback
+
+
 def test_hop_analyze_tells_what_it_could_not_read_on_stderr(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,16 +1,31 @@
 """What `hop predict` hands the model from a characterization: delays by link, home
-broker, subscriber and (publisher, subscriber) pair (monitor.predict)."""
+broker, subscriber and (publisher, subscriber) pair; and the target workloads, rates
+and options it refuses, naming them (monitor.predict)."""
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 
+from broker.local_network import REPO
 from monitor.characterize import Characterization
-from monitor.predict import KEYED_MIN_SAMPLES, Target, build_network, warmed
+from monitor.errors import InputError
+from monitor.predict import (
+    KEYED_MIN_SAMPLES,
+    Target,
+    build_network,
+    predict,
+    target_workload,
+    warmed,
+)
 from monitor.warmth import matched
 from tests.test_carry import run
+from topologies import PublisherSpec, load_case_study, study_path, to_toml
 
 TREE = ((("1", "2"),), (("2", ("sub1",)),))  # pub1 at broker 1, forwarded to 2, delivered
 
@@ -58,3 +73,89 @@ def test_redrawn_by_idle_gaps_a_link_keeps_its_own_samples() -> None:
         # drawn from all links alike, the rows would get the other link's delays
         pooled = matched(char.link_delay_ns, char.link_gap_ns, 3.0, np.random.default_rng(1))
         assert np.any(pooled[rows] != value)
+
+
+# -- what hop predict refuses -------------------------------------------------------------
+
+TREE7 = REPO / "topologies" / "tree7.toml"
+RATES = {"1": 20.0, "2": 10.0, "3": 10.0, "4": 5.0}  # tree7's, as its manifest has them
+
+
+def tree7_run(folder: Path, manifest: dict[str, Any]) -> Characterization:
+    """A characterization of a tree7 run in `folder` (its case study copied there, as
+    `hop replay` does) whose manifest is `manifest`."""
+    shutil.copy(TREE7, folder / "case_study.toml")
+    return dataclasses.replace(run(45.0), run_dir=folder, manifest=manifest)
+
+
+@pytest.mark.parametrize(
+    ("rates", "said"),
+    [
+        ("fast", 'rates must be a table (a JSON object), got "fast"'),
+        ({**RATES, "1": -5}, "rates.1 must be a finite number at least 0, got -5"),
+        ({**RATES, "2": "x"}, 'rates.2 must be a finite number at least 0, got "x"'),
+        ({"pub1": 20.0}, 'rates has the key "pub1", not a publisher id'),
+    ],
+)
+def test_the_runs_rates_in_its_manifest_are_checked(
+    tmp_path: Path, rates: object, said: str
+) -> None:
+    char = tree7_run(tmp_path, {"rates": rates})
+    with pytest.raises(InputError) as refused:
+        target_workload(char, None, "double")
+    assert str(refused.value) == f"{tmp_path / 'manifest.json'}: {said}"
+    # as hop replay writes them, the run's rates are the target by default
+    own = target_workload(dataclasses.replace(char, manifest={"rates": RATES}), None, None)
+    assert own.rates == {"pub1": 20.0, "pub2": 10.0, "pub3": 10.0, "pub4": 5.0}
+    assert own.same_as_run
+
+
+PUBLISHERS = load_case_study(TREE7).publishers
+
+
+def _publishers(**changes: Any) -> dict[int, PublisherSpec]:
+    """tree7's publishers, publisher 1 with `changes` (its key follows its id)."""
+    first = dataclasses.replace(PUBLISHERS[1], **changes)
+    return {first.id: first, **{k: p for k, p in PUBLISHERS.items() if k != 1}}
+
+
+@pytest.mark.parametrize(
+    ("workload", "said"),
+    [
+        ("siena15", "brokers not in the run: 8, 9, 10, 11, 12, 13, 14, 15"),
+        ({"publishers": {}, "scenarios": {}}, "the run's publishers missing: 1, 2, 3, 4"),
+        ({"publishers": _publishers(id=9), "scenarios": {}}, "publishers not in the run: 9"),
+        ({"publishers": _publishers(broker=5)}, "publisher 1: broker 5 here, 4 in the run"),
+        ({"subscribers": {}}, "the run's subscribers missing: 1, 2, 3, 4, 5, 6, 7, 8"),
+    ],
+)
+def test_a_workload_of_another_network_than_the_runs_is_refused_naming_the_difference(
+    tmp_path: Path, workload: str | dict[str, Any], said: str
+) -> None:
+    """The model is the run's network: a workload file gives it rates, not brokers or
+    clients it has no trees, service times or delays for."""
+    char = tree7_run(tmp_path, {"rates": RATES})
+    if isinstance(workload, str):
+        study = study_path(workload)
+    else:  # tree7 with these CaseStudy fields changed
+        study = tmp_path / "workload.toml"
+        study.write_text(to_toml(dataclasses.replace(load_case_study(TREE7), **workload)))
+    with pytest.raises(InputError) as refused:
+        target_workload(char, study, None)
+    assert str(refused.value).startswith(f"{study}: {said} (the run's case study: ")
+    # the run's own network, at other rates, is a workload it predicts
+    assert target_workload(char, TREE7, "skewed").rates["pub1"] == 40.0
+
+
+@pytest.mark.parametrize("measured_rates", [False, True])
+def test_a_rate_scale_that_makes_the_rates_infinite_is_refused(
+    tmp_path: Path, measured_rates: bool
+) -> None:
+    char = tree7_run(tmp_path, {"rates": RATES})
+    with pytest.raises(InputError, match=r"rate scale 1e\+308 is too large"):
+        target_workload(char, None, None, 1e308, measured_rates)
+
+
+def test_an_unknown_trend_is_refused_without_other_runs(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="unknown trend 'bogus'"):
+        predict(tmp_path, trend="bogus")  # before the run folder (empty here) is read

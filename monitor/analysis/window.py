@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.traces import TraceError, read_manifest
+from monitor.traces import MEASURE_WINDOW, WHOLE_RUN, TraceError, read_manifest
 
 WINDOWS = ("measure", "all")
 
@@ -30,19 +30,11 @@ class Window:
 
 def run_window(run_dir: Path, name: str = "measure") -> Window:
     """The `measure` window (measure_start_ns .. measure_end_ns) or `all` of the run
-    (start_ns .. drain_end_ns), from RUN_DIR/manifest.json."""
+    (start_ns .. drain_end_ns), from RUN_DIR/manifest.json (`read_manifest` checks
+    that the window's end is after its start)."""
     if name not in WINDOWS:
         raise TraceError(f"unknown window {name!r}; choose one of {', '.join(WINDOWS)}")
-    path = run_dir / "manifest.json"
-    phases = read_manifest(run_dir)["phases"]
-    try:
-        start, end = (
-            (phases["measure_start_ns"], phases["measure_end_ns"])
-            if name == "measure"
-            else (phases["start_ns"], phases["drain_end_ns"])
-        )
-    except KeyError as exc:
-        raise TraceError(f"{path}: no usable phases ({exc!r})") from None
-    if not (isinstance(start, int) and isinstance(end, int) and start < end):
-        raise TraceError(f"{path}: phases give an empty {name} window ({start} .. {end})")
+    fields = MEASURE_WINDOW if name == "measure" else WHOLE_RUN
+    phases = read_manifest(run_dir, fields)["phases"]
+    start, end = (phases[field.removeprefix("phases.")] for field in fields)
     return Window(name, start, end)
