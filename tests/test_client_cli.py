@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from broker.cli import EXIT_BAD_INPUT, EXIT_OK
 from broker.local_network import Network
 from client.cli import EventPrinter
 from hop.cli import main as hop_main
-from hop.command import HOP, REPO, stop
+from hop.command import HOP, REPO, start_hop, stop
 
 
 @pytest.mark.parametrize(
@@ -211,3 +212,21 @@ def test_hop_sub_ends_quietly_when_the_reader_of_its_output_goes(chain5: Network
         stop(sub)
     assert sub.returncode == 0, err
     assert err == "", err
+
+
+@pytest.mark.integration
+def test_hop_pub_interrupted_says_so_in_one_line_and_exits_130(chain5: Network) -> None:
+    host, port = chain5.address(1)
+    pub = start_hop("pub", f"{host}:{port}", "n=1", "--count", "100", "--rate", "1")
+    try:
+        deadline = time.monotonic() + 20
+        while chain5.stats(1)["events_routed"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)  # until it publishes: connected, between two events
+        assert pub.poll() is None, "hop pub ended before it was interrupted"
+        pub.send_signal(signal.SIGINT)
+        _, err = pub.communicate(timeout=20)
+    finally:
+        stop(pub)
+    assert "Traceback" not in err, err
+    assert err == "hop pub: interrupted\n"
+    assert pub.returncode == 130
