@@ -7,7 +7,9 @@ the ground layers only, never the client library, Spark, pandas or the model.
 
 Exit codes: 0 success, 2 bad input (the user's: a message naming the file, field or
 argument), 1 failure (a broker that would not start, a peer that cannot be reached,
-and any unexpected error, which is a bug and is shown with its traceback).
+and any unexpected error, which is a bug and is shown with its traceback), 130 or 143
+for a command that Ctrl-C or SIGTERM interrupted (one line says so, once the command
+stopped what it started).
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from typing import Any
 
 from broker import logs
 from broker.forkserver import ForkServerError
-from broker.groups import sole_exception
+from broker.groups import holds, sole_exception
 from broker.limits import Limits
-from broker.process import BrokerProcesses, StartupError, run_broker
+from broker.process import BrokerProcesses, StartupError, interrupting_signal, run_broker
 from broker.protocol import DEFAULT_MAX_FRAME
 from broker.security import BrokerSecurity, ClientCredentials, read_secret
 from broker.server import MAX_MAX_FRAME, MIN_MAX_FRAME, QUEUE_POLICIES, BrokerConfig
@@ -35,6 +37,9 @@ from routing import FilterSyntaxError, parse_filter
 from topologies import CaseStudy, TopologyError, load_case_study, study_path
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_SIGNAL_BASE = 128
+"""A command interrupted by signal N exits 128 + N, as a shell reports a process that
+signal ended: 130 for Ctrl-C (SIGINT), 143 for SIGTERM."""
 
 Errors = tuple[type[BaseException], ...]
 
@@ -91,6 +96,24 @@ def run(parser: argparse.ArgumentParser, layers: Sequence[Layer], argv: list[str
         problem = "internal error (a bug, not your input)"
         logs.say(f"{parser.prog} {args.command}: {problem}")
         return EXIT_FAILURE
+    except BaseException as exc:
+        if not holds(exc, KeyboardInterrupt):
+            raise
+        return interrupted(f"{parser.prog} {args.command}")
+
+
+def interrupted(command: str) -> int:
+    """Say that `command` was interrupted, by Ctrl-C or SIGTERM; its exit code.
+
+    The command's cleanup (stopping the processes it started) has run by now, as the
+    KeyboardInterrupt went through its `finally` clauses. Whatever else failed beside
+    the interrupt, in the same exception group (a client process that the terminal's
+    Ctrl-C ended too, trio's Cancelled), is its consequence: only the interrupt is told.
+    """
+    sig = interrupting_signal()
+    said = "" if sig == signal.SIGINT else f" ({sig.name})"
+    logs.say(f"{command}: interrupted{said}")
+    return EXIT_SIGNAL_BASE + sig
 
 
 def load_study(text: str) -> CaseStudy:

@@ -16,3 +16,11 @@ def sole_exception(error: BaseException) -> BaseException:
     while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
         inner = inner.exceptions[0]
     return error if isinstance(inner, BaseExceptionGroup) else inner
+
+
+def holds(error: BaseException, kind: type[BaseException]) -> bool:
+    """Whether ``error`` is a ``kind``, or a group with one inside, at any depth: how
+    a KeyboardInterrupt comes out of a trio nursery, beside its siblings' Cancelled."""
+    if isinstance(error, BaseExceptionGroup):
+        return error.subgroup(kind) is not None
+    return isinstance(error, kind)

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 from typing import IO, BinaryIO, Protocol
 
 import trio
@@ -91,12 +92,40 @@ def unwind_on_sigterm() -> None:
     """Make SIGTERM unwind this process as Ctrl-C does (KeyboardInterrupt), so that the
     `finally` clauses and `with` blocks stopping the processes it started (brokers,
     relays, MQTT brokers) run. By default SIGTERM ends Python at once and leaves them
-    running. For the main thread of a command that starts child processes."""
+    running. For the main thread of a command that starts child processes.
+    `interrupting_signal` tells afterwards which of the two signals it was."""
     signal.signal(signal.SIGTERM, _interrupt)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+_sigterm_received = False
+
+
+def interrupting_signal() -> signal.Signals:
+    """The signal behind the KeyboardInterrupt being handled: SIGTERM once the handler
+    of `unwind_on_sigterm` ran, else SIGINT (Ctrl-C)."""
+    return signal.SIGTERM if _sigterm_received else signal.SIGINT
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM's handler: do what SIGINT's handler does now.
+
+    Raising KeyboardInterrupt here would raise it wherever the main thread happens to
+    be, in the middle of trio's own code too (its wait for I/O, say): trio then
+    abandons the run, the `finally` clauses of its tasks (stopping client processes
+    and fork servers) never run, and at exit the garbage collector reports every
+    abandoned coroutine as "Exception ignored". Inside `trio.run` SIGINT's handler is
+    trio's, which raises KeyboardInterrupt in the main task where that is safe;
+    elsewhere it is Python's, which raises it at once. With SIGINT ignored (a background
+    job of a non-interactive shell), trio has no handler to lend, and SIGTERM raises
+    KeyboardInterrupt at once all the same: better than leaving the children running.
+    """
+    global _sigterm_received
+    _sigterm_received = True
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)  # (trio's handler is for SIGINT alone)
+    else:
+        raise KeyboardInterrupt(f"signal {signum}")
 
 
 _CPUCLOCK_SCHED = 2

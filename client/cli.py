@@ -149,16 +149,27 @@ def cmd_sub(args: argparse.Namespace) -> int:
     host, port = address(args.address)
     creds = credentials(args)
     printer = EventPrinter(args.count)
-    try:
-        with contextlib.suppress(KeyboardInterrupt), refused_as_bad_input("a filter"):
-            trio.run(
-                _subscribe_and_print, host, port, args.name, filters, printer, creds, args.reconnect
-            )
-    except BrokenPipeError:
-        # The reader of the output is gone (`hop sub ... | head`): the end, as for any
-        # filter; stdout goes to /dev/null so that Python's flush at exit does not fail.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    with (
+        reader_may_leave(sys.stdout),
+        contextlib.suppress(KeyboardInterrupt),
+        refused_as_bad_input("a filter"),
+    ):
+        trio.run(
+            _subscribe_and_print, host, port, args.name, filters, printer, creds, args.reconnect
+        )
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def reader_may_leave(stream: TextIO) -> Iterator[None]:
+    """End the block quietly if the reader of `stream`, the command's output, is gone
+    (`hop sub ... | head`, `hop stats ... | head -1`): the end, as for any filter,
+    since what it would write is no longer wanted. The stream then goes to /dev/null,
+    so that Python's flush at exit does not fail on it again."""
+    try:
+        yield
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 class EventPrinter:
@@ -274,7 +285,8 @@ def cmd_pub(args: argparse.Namespace) -> int:
             c.flush()
             raise BadInput(f"{exc} (the {published} event(s) before it were published)") from None
         c.flush()
-    logs.say(f"published {published} event(s) to {host}:{port}")
+    with reader_may_leave(sys.stderr):  # (its one output: `hop pub ... 2>&1 | head -0`)
+        logs.say(f"published {published} event(s) to {host}:{port}")
     return EXIT_OK
 
 
@@ -314,7 +326,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     with client.Client.connect(
         host, port, name=args.name, secret=creds.secret, ssl_context=creds.ssl_context
     ) as c:
-        print(json.dumps(c.stats(), indent=2, sort_keys=True))
+        stats = c.stats()
+    with reader_may_leave(sys.stdout):
+        print(json.dumps(stats, indent=2, sort_keys=True), flush=True)
     return EXIT_OK
 
 

@@ -3,7 +3,8 @@
 broker (`broker`, `net`), client (`sub`, `pub`, `stats`), monitor (`replay`, `analyze`,
 `predict`, `report`, `validate`). Exit codes: 0 success, 2 bad input (a message naming
 the file, field or argument), 1 failure; an unexpected error is a bug and is shown with
-its traceback, exit 1.
+its traceback, exit 1; 130 (Ctrl-C) or 143 (SIGTERM) for an interrupted command, once it
+stopped what it started.
 """
 
 from __future__ import annotations

@@ -1,18 +1,26 @@
-"""The `hop` command line: bad input, port conflicts, clean shutdown of `hop net`."""
+"""The `hop` command line: bad input, port conflicts, clean shutdown of `hop net`, and
+of a replay or validation interrupted by Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
 
+import broker.cli
 import hop.cli
 from broker.forkserver import CHILDREN_GRACE_S
 from broker.local_network import REPO, Network, free_base_port
@@ -20,7 +28,7 @@ from broker.probe import fetch_stats
 from client.cli import attributes as _attributes
 from client.cli import value as _value
 from hop.command import HOP, run_hop
-from tests.processes import parent_of, running, running_after
+from tests.processes import cmdline, descendants, parent_of, running, running_after
 from topologies.generators import chain, to_toml
 
 
@@ -407,3 +415,152 @@ def test_hop_validate_refuses_bad_calibrations(
     result = run_hop("validate", str(study), "--out", str(tmp_path / "run"), *options)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert not (tmp_path / "run" / "calibration").exists()
+
+
+def _raising(error: BaseException) -> broker.cli.Layer:
+    """A layer whose one command, `hop fail`, raises `error`."""
+
+    def fail(args: argparse.Namespace) -> int:
+        raise error
+
+    def register(commands: Any, common: argparse.ArgumentParser) -> None:
+        commands.add_parser("fail", parents=[common]).set_defaults(func=fail)
+
+    return broker.cli.Layer(register)
+
+
+def _hop_fail(error: BaseException) -> int:
+    """`hop fail` in this process, its command raising `error`; its exit code."""
+    layer = _raising(error)
+    parser = broker.cli.build("hop", "test", [layer])
+    try:
+        return broker.cli.run(parser, [layer], ["fail"])
+    except KeyboardInterrupt as exc:  # (let out, it would stop the whole test session)
+        pytest.fail(f"hop let {exc!r} out")
+    except BaseExceptionGroup as exc:
+        pytest.fail(f"hop let {exc!r} out")
+
+
+def _from_nested_nurseries() -> BaseException:
+    """What a KeyboardInterrupt raised in a nursery nested in another comes out of
+    `trio.run` as."""
+
+    async def main() -> None:
+        async with trio.open_nursery() as outer:
+            outer.start_soon(trio.sleep_forever)
+            async with trio.open_nursery() as inner:
+                inner.start_soon(trio.sleep_forever)
+                await trio.sleep(0.01)
+                raise KeyboardInterrupt
+
+    try:
+        trio.run(main)
+    except BaseException as exc:
+        return exc
+    raise AssertionError("trio.run returned")
+
+
+@pytest.mark.parametrize(
+    "make_error",
+    [
+        KeyboardInterrupt,
+        lambda: BaseExceptionGroup("g", [BaseExceptionGroup("h", [KeyboardInterrupt()])]),
+        lambda: BaseExceptionGroup("g", [trio.Cancelled._create(), KeyboardInterrupt()]),
+        lambda: BaseExceptionGroup("g", [KeyboardInterrupt(), RuntimeError("died of it")]),
+        _from_nested_nurseries,
+    ],
+    ids=["alone", "nested", "beside-cancelled", "beside-an-error", "from-trio"],
+)
+def test_an_interrupted_command_says_so_in_one_line_and_exits_130(
+    make_error: Callable[[], BaseException], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Whatever else failed beside the interrupt is its consequence: not told."""
+    assert _hop_fail(make_error()) == 130
+    assert capsys.readouterr().err == "hop fail: interrupted\n"
+
+
+def test_other_base_exceptions_pass_through_the_command_line() -> None:
+    with pytest.raises(SystemExit):
+        _hop_fail(SystemExit(3))
+
+
+@dataclass
+class Interrupted:
+    """How a command that was sent a signal ended."""
+
+    code: int
+    stderr: str
+    started: list[int]  # every process it started, seen while it ran
+    left: list[int]  # those still running after it ended
+
+
+def _delivering(out: Path) -> bool:
+    """Whether a replay writing into `out` (or a validation's first replay) is in its
+    traffic phase: a subscriber's deliveries trace holds rows."""
+    try:
+        return any(f.stat().st_size > 0 for f in out.rglob("deliveries-*.arrow"))
+    except OSError:  # (a file seen, then gone)
+        return False
+
+
+def interrupted_in_traffic(args: list[str], out: Path, sig: int) -> Interrupted:
+    """Run `hop ARGS` (a replay or validation writing into `out`), send it `sig` by its
+    PID once events are delivered, wait for its end. Whatever it left running is
+    killed, by PID, once noted."""
+    with tempfile.TemporaryFile("w+") as stderr:  # (a file: no pipe to keep reading)
+        proc = subprocess.Popen(
+            [*HOP, *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr, text=True
+        )
+        started: set[int] = set()
+        left: list[int] = []
+        try:
+            deadline = time.monotonic() + 60
+            while not _delivering(out) and proc.poll() is None and time.monotonic() < deadline:
+                started.update(descendants(proc.pid))
+                time.sleep(0.1)
+            started.update(descendants(proc.pid))
+            assert proc.poll() is None and _delivering(out), "no events delivered in 60 s"
+            proc.send_signal(sig)
+            code = proc.wait(timeout=60)
+            left = running_after(sorted(started), 2.0)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for pid in started:
+                if running(pid):
+                    os.kill(pid, signal.SIGKILL)
+        stderr.seek(0)
+        return Interrupted(code, stderr.read(), sorted(started), left)
+
+
+@pytest.mark.integration
+@pytest.mark.needs("procfs")
+@pytest.mark.parametrize(
+    ("command", "sig", "code", "said"),
+    [
+        ("replay", signal.SIGINT, 130, "hop replay: interrupted"),
+        ("replay", signal.SIGTERM, 143, "hop replay: interrupted (SIGTERM)"),
+        ("validate", signal.SIGINT, 130, "hop validate: interrupted"),
+        ("validate", signal.SIGTERM, 143, "hop validate: interrupted (SIGTERM)"),
+    ],
+    ids=["replay-SIGINT", "replay-SIGTERM", "validate-SIGINT", "validate-SIGTERM"],
+)
+def test_an_interrupted_replay_stops_what_it_started_and_says_so_in_one_line(
+    tmp_path: Path, command: str, sig: int, code: int, said: str
+) -> None:
+    """Ctrl-C or SIGTERM in the middle of the traffic: the brokers, their trace writers,
+    the client processes and both fork servers are stopped before `hop` says so."""
+    from tests.test_replay import small_study
+
+    path, study = small_study(tmp_path, "hierarchical")
+    out = tmp_path / "run"
+    args = [command, str(path), "--out", str(out), "--duration", "3", "--warmup", "1", "--quiet"]
+    ended = interrupted_in_traffic(args, out, sig)
+    assert "Traceback" not in ended.stderr, ended.stderr
+    assert "Exception ignored" not in ended.stderr, ended.stderr
+    assert ended.stderr.splitlines() == [said]
+    assert ended.code == code
+    # brokers and their writers, a client process per home broker, two fork servers
+    assert len(ended.started) >= 2 * len(study.topology.brokers) + 2
+    assert ended.left == [], [cmdline(pid) for pid in ended.left]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +21,7 @@ from broker.cli import EXIT_BAD_INPUT, EXIT_OK
 from broker.local_network import Network
 from client.cli import EventPrinter, address
 from hop.cli import main as hop_main
-from hop.command import HOP, REPO, stop
+from hop.command import HOP, REPO, start_hop, stop
 
 
 @pytest.mark.parametrize(
@@ -276,3 +278,60 @@ def test_hop_sub_ends_quietly_when_the_reader_of_its_output_goes(chain5: Network
         stop(sub)
     assert sub.returncode == 0, err
     assert err == "", err
+
+
+def _hop_into_a_closed_pipe(stream: str, *args: str) -> tuple[int, str]:
+    """Run `hop ARGS` with its `stream` ("stdout" or "stderr") a pipe whose reader is
+    already gone, as after `| head -0`: its exit code and what it wrote on the other."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    other = "stderr" if stream == "stdout" else "stdout"
+    try:
+        done = subprocess.run(
+            [*HOP, *args],
+            cwd=REPO,
+            text=True,
+            timeout=30,
+            check=False,
+            **{stream: write_end, other: subprocess.PIPE},
+        )
+    finally:
+        os.close(write_end)
+    return done.returncode, getattr(done, other)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("stream", "command"),
+    [("stdout", ["stats"]), ("stderr", ["pub", "--count", "2", "n=1"])],
+    ids=["stats", "pub"],
+)
+def test_stats_and_pub_end_quietly_when_the_reader_of_their_output_goes(
+    chain5: Network, stream: str, command: list[str]
+) -> None:
+    """As `hop sub` does: what `hop stats` prints (the counters, on stdout) and what
+    `hop pub` does (the events published, told on stderr) is no longer wanted, which
+    is no failure."""
+    host, port = chain5.address(1)
+    name, *rest = command
+    assert _hop_into_a_closed_pipe(stream, name, f"{host}:{port}", *rest) == (0, "")
+    if name == "pub":  # it published all the same
+        assert chain5.stats(1)["events_routed"] == 2
+
+
+@pytest.mark.integration
+def test_hop_pub_interrupted_says_so_in_one_line_and_exits_130(chain5: Network) -> None:
+    host, port = chain5.address(1)
+    pub = start_hop("pub", f"{host}:{port}", "n=1", "--count", "100", "--rate", "1")
+    try:
+        deadline = time.monotonic() + 20
+        while chain5.stats(1)["events_routed"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)  # until it publishes: connected, between two events
+        assert pub.poll() is None, "hop pub ended before it was interrupted"
+        pub.send_signal(signal.SIGINT)
+        _, err = pub.communicate(timeout=20)
+    finally:
+        stop(pub)
+    assert "Traceback" not in err, err
+    assert err == "hop pub: interrupted\n"
+    assert pub.returncode == 130
