@@ -87,10 +87,10 @@ def run(parser: argparse.ArgumentParser, layers: Sequence[Layer], argv: list[str
     except Exception as exc:
         error = sole_exception(exc)
         if isinstance(error, bad_input):
-            logs.say(f"{parser.prog} {args.command}: {error}")
+            logs.say(f"{parser.prog} {args.command}: {one_line(error)}")
             return EXIT_BAD_INPUT
         if isinstance(error, failures):
-            logs.say(f"{parser.prog} {args.command}: {error}")
+            logs.say(f"{parser.prog} {args.command}: {one_line(error)}")
             return EXIT_FAILURE
         logs.say(traceback.format_exc().rstrip("\n"))  # (print_exc writes line by line)
         problem = "internal error (a bug, not your input)"
@@ -100,6 +100,12 @@ def run(parser: argparse.ArgumentParser, layers: Sequence[Layer], argv: list[str
         if not holds(exc, KeyboardInterrupt):
             raise
         return interrupted(f"{parser.prog} {args.command}")
+
+
+def one_line(error: BaseException) -> str:
+    """An error's text as one line: a message may quote what a peer sent (a broker's
+    Error, a file's content), line breaks included."""
+    return " | ".join(line for line in str(error).splitlines() if line.strip()) or repr(error)
 
 
 def interrupted(command: str) -> int:

@@ -441,6 +441,17 @@ def _hop_fail(error: BaseException) -> int:
         pytest.fail(f"hop let {exc!r} out")
 
 
+def test_an_error_whose_text_spans_lines_is_said_in_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A message may quote what a peer sent (a broker's Error text): still one line."""
+    layer = broker.cli.Layer(_raising(OSError("refused:\nsecond line\n")).register,
+                             failures=(OSError,))  # fmt: skip
+    parser = broker.cli.build("hop", "test", [layer])
+    assert broker.cli.run(parser, [layer], ["fail"]) == 1
+    assert capsys.readouterr().err == "hop fail: refused: | second line\n"
+
+
 def _from_nested_nurseries() -> BaseException:
     """What a KeyboardInterrupt raised in a nursery nested in another comes out of
     `trio.run` as."""
