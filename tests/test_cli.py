@@ -445,8 +445,8 @@ def test_an_error_whose_text_spans_lines_is_said_in_one(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A message may quote what a peer sent (a broker's Error text): still one line."""
-    layer = broker.cli.Layer(_raising(OSError("refused:\nsecond line\n")).register,
-                             failures=(OSError,))  # fmt: skip
+    raising = _raising(OSError("refused:\nsecond line\n"))
+    layer = broker.cli.Layer(raising.register, failures=(OSError,))
     parser = broker.cli.build("hop", "test", [layer])
     assert broker.cli.run(parser, [layer], ["fail"]) == 1
     assert capsys.readouterr().err == "hop fail: refused: | second line\n"
