@@ -269,23 +269,22 @@ def positive_int(text: str) -> int:
 
 def positive_number(text: str) -> float:
     """An argparse type: a finite number more than 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number more than 0, got {text}")
-    return value
+    return _finite_number(text, zero_ok=False)
 
 
 def non_negative_number(text: str) -> float:
     """An argparse type: a finite number of 0 or more."""
+    return _finite_number(text, zero_ok=True)
+
+
+def _finite_number(text: str, zero_ok: bool) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of 0 or more, got {text}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        bound = "of 0 or more" if zero_ok else "more than 0"
+        raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {text}")
     return value
 
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -286,6 +286,17 @@ def broker_pids(addresses: list[tuple[str, int]], timeout: float) -> list[int]:
     return pids
 
 
+def killed_by_pid(proc: subprocess.Popen[str], pids: Iterable[int]) -> None:
+    """What a test started and left running, killed by PID: the command `proc` (reaped)
+    and the processes `pids` it started."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pid in pids:
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def stopped_by_sigterm(
     args: list[str], addresses: list[tuple[str, int]], timeout: float = 30
 ) -> int:
@@ -379,12 +390,7 @@ def test_hop_net_whose_fork_server_is_killed_says_so_and_stops_its_brokers(
         assert said in err and "Traceback" not in err, err
         assert running_after(pids, 5.0) == []
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pid in pids:
-            if running(pid):
-                os.kill(pid, signal.SIGKILL)
+        killed_by_pid(proc, pids)
 
 
 @pytest.mark.integration
@@ -535,12 +541,7 @@ def interrupted_in_traffic(args: list[str], out: Path, sig: int) -> Interrupted:
             code = proc.wait(timeout=60)
             left = running_after(sorted(started), 2.0)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            for pid in started:
-                if running(pid):
-                    os.kill(pid, signal.SIGKILL)
+            killed_by_pid(proc, started)
         stderr.seek(0)
         return Interrupted(code, stderr.read(), sorted(started), left)
 
