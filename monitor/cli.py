@@ -59,6 +59,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from monitor.analysis import analyze, findings
 
+    unwind_on_sigterm()  # so the Spark session (its JVM) is stopped as for Ctrl-C
     summary = analyze(Path(args.run_dir), master=args.master, window=args.window)
     print(json.dumps(summary, indent=2, default=str))
     for line in findings(summary):

@@ -13,10 +13,17 @@ the submitter did not make are added.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import signal
 import sys
 import tempfile
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any
 from urllib.parse import urlparse
 
 from pyspark import SparkConf, SparkContext
@@ -110,13 +117,97 @@ def spark_session(
 
 
 def _started(conf: SparkConf, master: str) -> SparkSession:
-    """The session of ``conf``, or SparkStartError naming ``master`` and Spark's reason."""
+    """The session of ``conf``, or SparkStartError naming ``master`` and Spark's reason.
+
+    Ctrl-C is held back while the JVM launches, and keeps its handler once it runs:
+
+    - PySpark waits for a launching JVM to write its port to a file in a temporary
+      folder, and removes that folder when the wait ends, by a KeyboardInterrupt too.
+      The JVM then cannot write its file, prints a Java stack trace and runs on
+      forever, waiting for a Python that has gone. Held back for the launch (about a
+      second), the interrupt comes once the JVM watches its stdin, which ends it when
+      this process ends.
+    - A new SparkContext installs PySpark's own SIGINT handler, which calls the JVM
+      from inside the signal handler, on the connection the interrupted call is using.
+      That call then fails, the connection breaks, and the clean-up after it fails as
+      well: an interrupted analysis ended in py4j tracebacks and an "internal error".
+      It also replaces a SIGINT the shell had left ignored. With the previous handler
+      back, Ctrl-C raises KeyboardInterrupt as in every other command.
+    """
+    _quiet_py4j_interrupts()
+    keep = _sigint_handler()
     try:
+        with _held_back(keep):
+            SparkContext._ensure_initialized(conf=conf)  # launches the JVM
+        SparkContext.getOrCreate(conf)  # (its last step installs PySpark's handler)
+        if keep is not None:
+            signal.signal(signal.SIGINT, keep)
         return SparkSession.builder.config(conf=conf).getOrCreate()
     except Exception as exc:  # (py4j's and PySpark's errors share no base but this)
         raise SparkStartError(
             f"Spark could not start with master {master}: {_reason(exc)}"
         ) from exc
+
+
+SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers
+
+
+def _sigint_handler() -> SignalHandler | None:
+    """SIGINT's handler now, when this is the main thread (the only one that can set
+    it) and Python installed it; else None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.getsignal(signal.SIGINT)
+
+
+@contextlib.contextmanager
+def _held_back(handler: SignalHandler | None) -> Iterator[None]:
+    """Run the block with SIGINT noted instead of handled, then hand a noted SIGINT to
+    `handler` (a callable one; an ignored SIGINT stays ignored)."""
+    if not callable(handler):
+        yield
+        return
+    noted: list[FrameType | None] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: noted.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    if noted:
+        handler(signal.SIGINT, noted[0])
+
+
+class _Py4jInterruptFilter(logging.Filter):
+    """Drops py4j's records of an interrupted call to the JVM: py4j logs the
+    KeyboardInterrupt with its traceback, and then each failure of its clean-up of the
+    connection, before passing the interrupt on; the command says "interrupted"
+    itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not ("py4j" in record.pathname and record.exc_info and _interrupted(record))
+
+
+def _interrupted(record: logging.LogRecord) -> bool:
+    """Whether the record's exception is a KeyboardInterrupt or was raised while one
+    was being handled."""
+    error = record.exc_info[1] if record.exc_info else None
+    while error is not None:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        error = error.__context__
+    return False
+
+
+PY4J_LOGGERS = ("", "py4j.java_gateway", "py4j.clientserver")
+"""Where py4j logs: the root logger too (`logging.exception`)."""
+
+
+def _quiet_py4j_interrupts() -> None:
+    """Install `_Py4jInterruptFilter` on py4j's loggers, once per process."""
+    for name in PY4J_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _Py4jInterruptFilter) for f in logger.filters):
+            logger.addFilter(_Py4jInterruptFilter())
 
 
 def _reason(exc: Exception) -> str:
@@ -129,6 +220,25 @@ def _reason(exc: Exception) -> str:
         except Exception:  # (the JVM gone meanwhile)
             pass
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+@contextlib.contextmanager
+def stopped_at_end(spark: SparkSession) -> Iterator[SparkSession]:
+    """Stop `spark` when the block ends.
+
+    After an error or an interrupt, quietly: the JVM's log is turned off first, as
+    stopping under running tasks makes it log each task's failure, and an error of the
+    stop itself (a connection the interrupt broke) is dropped, so that the error raised
+    is the one that tells what happened."""
+    try:
+        yield spark
+    except BaseException:
+        with contextlib.suppress(Exception):
+            spark.sparkContext.setLogLevel("OFF")
+        with contextlib.suppress(Exception):
+            spark.stop()
+        raise
+    spark.stop()
 
 
 def jit_options(hop_rows: int) -> str:

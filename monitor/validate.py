@@ -222,7 +222,7 @@ def validate(
     from monitor.predict import predict
     from monitor.replay import replay
     from monitor.report import render
-    from monitor.spark import jit_options, spark_session
+    from monitor.spark import jit_options, spark_session, stopped_at_end
     from monitor.traces import count_rows
 
     carry = len(set(calibration_fractions)) > 1
@@ -266,20 +266,21 @@ def validate(
     analysed = [run_dir / reps[0].calibrations[0], run_dir / reps[0].measurement]
     largest = max(count_rows(folder, "hops") for folder in analysed)
     spark = spark_session(master, java_options=jit_options(largest))
-    step("analysing the calibration run")
-    analyze(analysed[0], master=master, spark=spark)
-    for r, rep in enumerate(reps, start=1):
-        step(f"predicting the target workload (repetition {r})")
-        predict(
-            run_dir / rep.calibrations[0],
-            rate_scale=1 / calibration_fractions[0],
-            measured_rates=True,
-            other_runs=[run_dir / name for name in rep.calibrations[1:]] if carry else (),
-            trend=trend,
-            max_wall_s=sim_seconds,
-        )
-    step("analysing the measurement run")
-    analyze(analysed[1], master=master, spark=spark)
+    with stopped_at_end(spark):
+        step("analysing the calibration run")
+        analyze(analysed[0], master=master, spark=spark)
+        for r, rep in enumerate(reps, start=1):
+            step(f"predicting the target workload (repetition {r})")
+            predict(
+                run_dir / rep.calibrations[0],
+                rate_scale=1 / calibration_fractions[0],
+                measured_rates=True,
+                other_runs=[run_dir / name for name in rep.calibrations[1:]] if carry else (),
+                trend=trend,
+                max_wall_s=sim_seconds,
+            )
+        step("analysing the measurement run")
+        analyze(analysed[1], master=master, spark=spark)
     step("writing the report")
     report_html, _, summary = render(run_dir)
     return ValidationResult(run_dir, report_html, summary, time.monotonic() - started)

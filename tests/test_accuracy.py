@@ -111,8 +111,12 @@ class Recorder:
         self.sim_seconds: list[float] = []  # each prediction's limit for the simulation
         self.java_options: list[str] = []  # of each Spark session started
 
-    def spark_session(self, master: str | None = None, java_options: str = "") -> None:
+    def spark_session(self, master: str | None = None, java_options: str = "") -> Recorder:
         self.java_options.append(java_options)
+        return self  # as the session: its stop() is logged
+
+    def stop(self) -> None:
+        self.calls.append(("stop", None))
 
     def replay(self, study: Path, run_dir: Path, rate_scale: float = 1.0, **kw: Any) -> None:
         self.calls.append(("replay", (run_dir.name, round(rate_scale, 6), kw["duration_s"])))
@@ -170,6 +174,7 @@ def test_validate_runs_calibrations_and_measurements_in_alternation(
     ]
     assert [a for n, a in recorder.calls if n == "analyze"] == ["calibration", "measurement"]
     assert recorder.java_options == [C1_ONLY]  # one session, for runs without hop rows
+    assert names[-3:] == ["analyze", "stop", "render"]  # stopped once the analyses are done
     record = json.loads((tmp_path / "validation.json").read_text())
     assert record["repetitions"] == [
         {"calibrations": ["calibration", "calibration-0.6-1"], "measurement": "measurement"},

@@ -28,7 +28,14 @@ from broker.probe import fetch_stats
 from client.cli import attributes as _attributes
 from client.cli import value as _value
 from hop.command import HOP, run_hop
-from tests.processes import cmdline, descendants, parent_of, running, running_after
+from tests.processes import (
+    children,
+    cmdline,
+    descendants,
+    parent_of,
+    running,
+    running_after,
+)
 from topologies.generators import chain, to_toml
 
 
@@ -521,9 +528,17 @@ def _delivering(out: Path) -> bool:
 
 
 def interrupted_in_traffic(args: list[str], out: Path, sig: int) -> Interrupted:
-    """Run `hop ARGS` (a replay or validation writing into `out`), send it `sig` by its
-    PID once events are delivered, wait for its end. Whatever it left running is
-    killed, by PID, once noted."""
+    """Run `hop ARGS` (a replay or validation writing into `out`), send it `sig` once
+    events are delivered; see `interrupted_when`."""
+    return interrupted_when(args, lambda proc: _delivering(out), sig, "events delivered")
+
+
+def interrupted_when(
+    args: list[str], ready: Callable[[subprocess.Popen[str]], bool], sig: int, moment: str
+) -> Interrupted:
+    """Run `hop ARGS`, send it `sig` by its PID as soon as `ready(proc)` (the `moment`,
+    within 60 s), and wait for its end. Whatever it left running is killed, by PID, once
+    noted."""
     with tempfile.TemporaryFile("w+") as stderr:  # (a file: no pipe to keep reading)
         proc = subprocess.Popen(
             [*HOP, *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr, text=True
@@ -532,14 +547,14 @@ def interrupted_in_traffic(args: list[str], out: Path, sig: int) -> Interrupted:
         left: list[int] = []
         try:
             deadline = time.monotonic() + 60
-            while not _delivering(out) and proc.poll() is None and time.monotonic() < deadline:
+            while not ready(proc) and proc.poll() is None and time.monotonic() < deadline:
                 started.update(descendants(proc.pid))
-                time.sleep(0.1)
+                time.sleep(0.02)
             started.update(descendants(proc.pid))
-            assert proc.poll() is None and _delivering(out), "no events delivered in 60 s"
+            assert proc.poll() is None and ready(proc), f"not {moment} in 60 s"
             proc.send_signal(sig)
             code = proc.wait(timeout=60)
-            left = running_after(sorted(started), 2.0)
+            left = running_after(sorted(started), 10.0)
         finally:
             killed_by_pid(proc, started)
         stderr.seek(0)
@@ -575,4 +590,40 @@ def test_an_interrupted_replay_stops_what_it_started_and_says_so_in_one_line(
     assert ended.code == code
     # brokers and their writers, a client process per home broker, two fork servers
     assert len(ended.started) >= 2 * len(study.topology.brokers) + 2
+    assert ended.left == [], [cmdline(pid) for pid in ended.left]
+
+
+@pytest.mark.integration
+@pytest.mark.needs("procfs", "java")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("moment", ["launching", "writing"])
+def test_an_interrupted_analysis_stops_its_jvm_and_says_so_in_one_line(
+    tmp_path: Path, sig: int, moment: str
+) -> None:
+    """Ctrl-C or SIGTERM while Spark's JVM launches (PySpark's wait for its port, which
+    an interrupt used to end leaving the JVM running for good) or while its jobs write
+    the tables (PySpark's own handler called the JVM from inside the signal handler,
+    breaking the connection: py4j tracebacks, and an internal error)."""
+    from tests.test_analysis import EVENTS, write_run
+
+    run = write_run(tmp_path / "run", EVENTS)
+    if moment == "launching":  # the JVM's launcher is the command's first child process
+
+        def ready(proc: subprocess.Popen[str]) -> bool:
+            return bool(children(proc.pid))
+    else:
+
+        def ready(proc: subprocess.Popen[str]) -> bool:
+            return (run / "analysis" / "routing_probabilities.parquet").exists()
+
+    ended = interrupted_when(["analyze", str(run)], ready, sig, moment)
+    said = "hop analyze: interrupted" + (" (SIGTERM)" if sig == signal.SIGTERM else "")
+    lines = ended.stderr.splitlines()
+    assert lines[-1:] == [said], ended.stderr
+    # besides, at most the JVM's own notice of the modules Spark asks it for
+    assert all(line.startswith("WARNING: Using incubator modules") for line in lines[:-1]), (
+        ended.stderr
+    )
+    assert ended.code == 128 + sig
+    assert ended.started, "no JVM was started"
     assert ended.left == [], [cmdline(pid) for pid in ended.left]

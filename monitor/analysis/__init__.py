@@ -43,6 +43,7 @@ RUN_DIR must be on storage that every executor reads):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 from collections import defaultdict
@@ -59,7 +60,7 @@ from monitor.analysis import queries
 from monitor.analysis.staging import stage_traces
 from monitor.analysis.visits import ClassRouting, solve_visit_ratios
 from monitor.analysis.window import WINDOWS, Window, run_window
-from monitor.spark import jit_options, session_jit, spark_session
+from monitor.spark import jit_options, session_jit, spark_session, stopped_at_end
 from monitor.spark_master import master_url
 from monitor.traces import TraceError
 
@@ -102,26 +103,10 @@ def analyze(
     say(f"staged {staged.rows['hops']} hop rows as Parquet ({timings['stage_s']} s)")
     own_session = spark is None
     spark = spark or spark_session(master, java_options=jit_options(staged.rows["hops"]))
-    cached: list[DataFrame] = []
-    try:
-        t = time.perf_counter()
-        tables, hops, warnings = _characterize(spark, staged.root, span, cached)
-        timings["solve_s"] = round(time.perf_counter() - t, 3)
-        say(f"counted routing decisions and solved the visit ratios ({timings['solve_s']} s)")
-        for name, df in tables.items():
-            t = time.perf_counter()
-            df.repartition(1).sortWithinPartitions(*SORT[name]).write.mode("overwrite").parquet(
-                str(out / f"{name}.parquet")
-            )
-            timings[f"{name}_s"] = round(time.perf_counter() - t, 3)
-            say(f"wrote {name}.parquet ({timings[f'{name}_s']} s)")
+    with stopped_at_end(spark) if own_session else contextlib.nullcontext():
+        hops, warnings = _write_tables(spark, staged.root, span, out, timings, say)
         master_url = spark.sparkContext.master
         jit = session_jit(spark)
-    finally:
-        for df in cached:
-            df.unpersist()
-        if own_session:
-            spark.stop()
     visit_ratios = pq.read_table(out / "visit_ratios.parquet").to_pylist()
     events = sum(
         {(r["event_type"], r["publisher"]): r["publications"] for r in visit_ratios}.values()
@@ -149,6 +134,39 @@ def analyze(
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _write_tables(
+    spark: SparkSession,
+    root: Path,
+    span: Window,
+    out: Path,
+    timings: dict[str, float],
+    say: Callable[[str], None],
+) -> tuple[int, list[str]]:
+    """Compute the tables and write each to OUT/NAME.parquet, timing each step; the
+    window's hop rows and the warnings. What was cached is unpersisted at the end."""
+    cached: list[DataFrame] = []
+    try:
+        t = time.perf_counter()
+        tables, hops, warnings = _characterize(spark, root, span, cached)
+        timings["solve_s"] = round(time.perf_counter() - t, 3)
+        say(f"counted routing decisions and solved the visit ratios ({timings['solve_s']} s)")
+        for name, df in tables.items():
+            t = time.perf_counter()
+            df.repartition(1).sortWithinPartitions(*SORT[name]).write.mode("overwrite").parquet(
+                str(out / f"{name}.parquet")
+            )
+            timings[f"{name}_s"] = round(time.perf_counter() - t, 3)
+            say(f"wrote {name}.parquet ({timings[f'{name}_s']} s)")
+    except BaseException:
+        for df in cached:  # (an error here would hide the one that tells what happened)
+            with contextlib.suppress(Exception):
+                df.unpersist()
+        raise
+    for df in cached:
+        df.unpersist()
+    return hops, warnings
 
 
 def _characterize(
