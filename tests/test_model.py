@@ -531,6 +531,10 @@ def test_validation_errors_are_clear() -> None:
     with pytest.raises(ValueError, match="method must be one of"):
         analyze(network, "mva")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="precision must be positive"):
-        simulate(network, precision=0)
+        simulate(network, precision=0, max_events=10)
+    with pytest.raises(ValueError, match="give max_wall_s or max_events"):
+        simulate(network)
+    with pytest.raises(ValueError, match="max_wall_s must be positive"):
+        simulate(network, max_wall_s=0.0)
     with pytest.raises(ValueError, match="nothing to simulate"):
-        simulate(Network([a], [host], [EventClass("c", 0.0, "poisson", ok)]))
+        simulate(Network([a], [host], [EventClass("c", 0.0, "poisson", ok)]), max_events=10)

@@ -405,7 +405,7 @@ def simulate(
     network: Network,
     seed: int = 1,
     precision: float = 0.02,
-    max_wall_s: float = 20.0,
+    max_wall_s: float | None = None,
     max_events: int | None = None,
     warmup_fraction: float = 0.1,
 ) -> SimulationResult:
@@ -413,11 +413,14 @@ def simulate(
 
     `seed` fixes every random draw: the same network and seed give the same
     result, unless the wall-clock limit stops the run (then the length of the
-    run depends on the machine's speed).
+    run depends on the machine's speed). At least one of `max_wall_s` and
+    `max_events` must be given: a saturated network never meets the precision.
     """
     if not precision > 0:
         raise ValueError(f"precision must be positive, got {precision}")
-    if not max_wall_s > 0:
+    if max_wall_s is None and max_events is None:
+        raise ValueError("give max_wall_s or max_events: a saturated network runs for ever")
+    if max_wall_s is not None and not max_wall_s > 0:
         raise ValueError(f"max_wall_s must be positive, got {max_wall_s}")
     if max_events is not None and max_events < 1:
         raise ValueError(f"max_events must be a positive number of events, got {max_events}")
@@ -530,7 +533,7 @@ def simulate(
     # ---- the kernel
     for k, first in enumerate(net.first_publication):
         push(heap, (first, _PUBLISH, k, 0, 0.0))
-    wall_limit = wall_start + max_wall_s
+    wall_limit = wall_start + max_wall_s if max_wall_s is not None else math.inf
     event_limit = max_events if max_events is not None else math.inf
     next_check = min(_CHECK_EVERY, event_limit)
     boundary = delta
