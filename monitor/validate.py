@@ -168,6 +168,8 @@ def run_replays(
     """Run `steps` in order through `replay_step(step, folder)`; a replay whose manifest
     marks it disturbed is renamed NAME-disturbed-K and run again, at most
     `disturbed_retries` times. Returns the record for validation.json."""
+    from monitor.traces import read_manifest  # (pyarrow: not for the command line's start)
+
     order, set_aside, kept_disturbed = [], [], []
     for step in steps:
         folder = run_dir / step.name
@@ -175,8 +177,7 @@ def run_replays(
             say(f"{step.kind} replay at {step.fraction:g} of the load ({step.name})")
             replay_step(step, folder)
             order.append(step.name)
-            manifest = json.loads((folder / "manifest.json").read_text())
-            if not disturbed(manifest):
+            if not disturbed(read_manifest(folder, ["host_load.disturbed"])):
                 break
             if attempt == disturbed_retries:
                 kept_disturbed.append(step.name)

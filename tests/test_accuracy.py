@@ -255,6 +255,29 @@ def test_disturbed_replays_are_set_aside_and_run_again_a_bounded_number_of_times
     assert record["set_aside"] == ["calibration-disturbed-1"] and record["disturbed"] == []
 
 
+@pytest.mark.parametrize(
+    ("manifest", "said"),
+    [
+        ({"host_load": {"disturbed": "yes"}}, "host_load.disturbed must be"),
+        (None, "manifest.json: unreadable"),
+    ],
+)
+def test_a_replay_manifest_validate_cannot_read_is_named(
+    tmp_path: Path, manifest: dict[str, Any] | None, said: str
+) -> None:
+    """Whether a replay was disturbed decides whether it runs again: a field that is not
+    a flag is refused, naming the file and the field, not taken as true."""
+
+    def replay_step(step: Step, folder: Path) -> None:
+        folder.mkdir()
+        (folder / "manifest.json").write_text("" if manifest is None else json.dumps(manifest))
+
+    steps = [Step(1, "calibration", 0.5, "calibration")]
+    with pytest.raises(InputError, match=said) as raised:
+        run_replays(steps, tmp_path, replay_step, 1, lambda _: None)
+    assert str(tmp_path / "calibration" / "manifest.json") in str(raised.value)
+
+
 # -- measurement and prediction intervals -------------------------------------------------
 
 
