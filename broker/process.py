@@ -93,7 +93,18 @@ def unwind_on_sigterm() -> None:
     `finally` clauses and `with` blocks stopping the processes it started (brokers,
     relays, MQTT brokers) run. By default SIGTERM ends Python at once and leaves them
     running. For the main thread of a command that starts child processes.
-    `interrupting_signal` tells afterwards which of the two signals it was."""
+    `interrupting_signal` tells afterwards which of the two signals it was.
+
+    A SIGINT the command inherited ignored (a background job of a shell without job
+    control) is blocked instead: it still never reaches the command, and SIGINT's
+    handler is Python's default, which `trio.run` replaces by its own, so SIGTERM has a
+    handler to be handed to there (`_interrupt`). Left ignored, trio would install none,
+    and SIGTERM would raise KeyboardInterrupt in the middle of trio's loop, abandoning
+    its tasks' clean-up. Threads started before (numpy and pyarrow start some when
+    imported) keep the mask they had: call it first."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
 
 
@@ -115,9 +126,10 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     and fork servers) never run, and at exit the garbage collector reports every
     abandoned coroutine as "Exception ignored". Inside `trio.run` SIGINT's handler is
     trio's, which raises KeyboardInterrupt in the main task where that is safe;
-    elsewhere it is Python's, which raises it at once. With SIGINT ignored (a background
-    job of a non-interactive shell), trio has no handler to lend, and SIGTERM raises
-    KeyboardInterrupt at once all the same: better than leaving the children running.
+    elsewhere it is Python's, which raises it at once. With SIGINT ignored (set by a
+    program other than `unwind_on_sigterm`, which blocks it instead), there is no
+    handler to lend, and SIGTERM raises KeyboardInterrupt at once all the same: better
+    than leaving the children running.
     """
     global _sigterm_received
     _sigterm_received = True

@@ -26,10 +26,24 @@ def run_hop(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]
 
 def start_hop(*args: str) -> subprocess.Popen[str]:
     """Start `hop ARGS...` from the repository root without waiting; its stdout and
-    stderr are pipes read as text. The caller stops it (by its PID) and reaps it."""
+    stderr are pipes read as text. The caller stops it (by its PID) and reaps it, with
+    SIGINT too: the command starts with SIGINT at its default (`sigint_default`)."""
     return subprocess.Popen(
-        [*HOP, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*HOP, *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_default,
     )
+
+
+def sigint_default() -> None:
+    """SIGINT back at its default, in a child before it runs its program (`preexec_fn`),
+    as a terminal starts a command: where this process inherited SIGINT ignored (as a
+    background job of a script does), the child would inherit that too, and a SIGINT
+    sent to stop it would do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:

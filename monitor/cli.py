@@ -30,9 +30,11 @@ from topologies import TopologyError, study_path
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    # So what the command starts is stopped on SIGTERM too; before the imports, whose
+    # threads would take a SIGINT that the shell left ignored (`unwind_on_sigterm`).
+    unwind_on_sigterm()
     from monitor.replay import replay
 
-    unwind_on_sigterm()  # so the brokers this command started are stopped
     result = replay(
         study_path(args.file),
         Path(args.out),
@@ -57,9 +59,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
+    unwind_on_sigterm()  # as in cmd_replay: the Spark session (its JVM) is stopped
     from monitor.analysis import analyze, findings
 
-    unwind_on_sigterm()  # so the Spark session (its JVM) is stopped as for Ctrl-C
     summary = analyze(Path(args.run_dir), master=args.master, window=args.window)
     print(json.dumps(summary, indent=2, default=str))
     for line in findings(summary):
@@ -98,9 +100,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    unwind_on_sigterm()  # as in cmd_replay
     from monitor.validate import validate
 
-    unwind_on_sigterm()  # so the brokers this command started are stopped
     result = validate(
         study_path(args.file),
         Path(args.out),

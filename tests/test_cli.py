@@ -27,7 +27,7 @@ from broker.local_network import REPO, Network, free_base_port
 from broker.probe import fetch_stats
 from client.cli import attributes as _attributes
 from client.cli import value as _value
-from hop.command import HOP, run_hop
+from hop.command import HOP, run_hop, sigint_default
 from tests.processes import (
     children,
     cmdline,
@@ -527,21 +527,40 @@ def _delivering(out: Path) -> bool:
         return False
 
 
-def interrupted_in_traffic(args: list[str], out: Path, sig: int) -> Interrupted:
+def interrupted_in_traffic(
+    args: list[str], out: Path, sig: int, sigint_ignored: bool = False
+) -> Interrupted:
     """Run `hop ARGS` (a replay or validation writing into `out`), send it `sig` once
     events are delivered; see `interrupted_when`."""
-    return interrupted_when(args, lambda proc: _delivering(out), sig, "events delivered")
+    return interrupted_when(
+        args, lambda proc: _delivering(out), sig, "events delivered", sigint_ignored
+    )
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def interrupted_when(
-    args: list[str], ready: Callable[[subprocess.Popen[str]], bool], sig: int, moment: str
+    args: list[str],
+    ready: Callable[[subprocess.Popen[str]], bool],
+    sig: int,
+    moment: str,
+    sigint_ignored: bool = False,
 ) -> Interrupted:
     """Run `hop ARGS`, send it `sig` by its PID as soon as `ready(proc)` (the `moment`,
     within 60 s), and wait for its end. Whatever it left running is killed, by PID, once
-    noted."""
+    noted. With `sigint_ignored` the command inherits SIGINT ignored, as a background job
+    of a shell without job control does, and is sent a SIGINT first, which must leave
+    it running."""
     with tempfile.TemporaryFile("w+") as stderr:  # (a file: no pipe to keep reading)
         proc = subprocess.Popen(
-            [*HOP, *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr, text=True
+            [*HOP, *args],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            text=True,
+            preexec_fn=_ignore_sigint if sigint_ignored else sigint_default,
         )
         started: set[int] = set()
         left: list[int] = []
@@ -552,6 +571,10 @@ def interrupted_when(
                 time.sleep(0.02)
             started.update(descendants(proc.pid))
             assert proc.poll() is None and ready(proc), f"not {moment} in 60 s"
+            if sigint_ignored:
+                proc.send_signal(signal.SIGINT)
+                time.sleep(1.0)
+                assert proc.poll() is None, "an ignored SIGINT ended the command"
             proc.send_signal(sig)
             code = proc.wait(timeout=60)
             left = running_after(sorted(started), 10.0)
@@ -564,26 +587,35 @@ def interrupted_when(
 @pytest.mark.integration
 @pytest.mark.needs("procfs")
 @pytest.mark.parametrize(
-    ("command", "sig", "code", "said"),
+    ("command", "sig", "code", "said", "sigint_ignored"),
     [
-        ("replay", signal.SIGINT, 130, "hop replay: interrupted"),
-        ("replay", signal.SIGTERM, 143, "hop replay: interrupted (SIGTERM)"),
-        ("validate", signal.SIGINT, 130, "hop validate: interrupted"),
-        ("validate", signal.SIGTERM, 143, "hop validate: interrupted (SIGTERM)"),
+        ("replay", signal.SIGINT, 130, "hop replay: interrupted", False),
+        ("replay", signal.SIGTERM, 143, "hop replay: interrupted (SIGTERM)", False),
+        ("replay", signal.SIGTERM, 143, "hop replay: interrupted (SIGTERM)", True),
+        ("validate", signal.SIGINT, 130, "hop validate: interrupted", False),
+        ("validate", signal.SIGTERM, 143, "hop validate: interrupted (SIGTERM)", False),
     ],
-    ids=["replay-SIGINT", "replay-SIGTERM", "validate-SIGINT", "validate-SIGTERM"],
+    ids=[
+        "replay-SIGINT",
+        "replay-SIGTERM",
+        "replay-SIGTERM-in-background",
+        "validate-SIGINT",
+        "validate-SIGTERM",
+    ],
 )
 def test_an_interrupted_replay_stops_what_it_started_and_says_so_in_one_line(
-    tmp_path: Path, command: str, sig: int, code: int, said: str
+    tmp_path: Path, command: str, sig: int, code: int, said: str, sigint_ignored: bool
 ) -> None:
     """Ctrl-C or SIGTERM in the middle of the traffic: the brokers, their trace writers,
-    the client processes and both fork servers are stopped before `hop` says so."""
+    the client processes and both fork servers are stopped before `hop` says so. In the
+    background of a shell without job control, SIGINT is ignored, and SIGTERM unwinds
+    the replay all the same (no abandoned trio run reported as "Exception ignored")."""
     from tests.test_replay import small_study
 
     path, study = small_study(tmp_path, "hierarchical")
     out = tmp_path / "run"
     args = [command, str(path), "--out", str(out), "--duration", "3", "--warmup", "1", "--quiet"]
-    ended = interrupted_in_traffic(args, out, sig)
+    ended = interrupted_in_traffic(args, out, sig, sigint_ignored)
     assert "Traceback" not in ended.stderr, ended.stderr
     assert "Exception ignored" not in ended.stderr, ended.stderr
     assert ended.stderr.splitlines() == [said]
