@@ -39,11 +39,13 @@ def start_hop(*args: str) -> subprocess.Popen[str]:
 
 
 def sigint_default() -> None:
-    """SIGINT back at its default, in a child before it runs its program (`preexec_fn`),
-    as a terminal starts a command: where this process inherited SIGINT ignored (as a
-    background job of a script does), the child would inherit that too, and a SIGINT
-    sent to stop it would do nothing."""
+    """SIGINT at its default and no signal blocked, in a child before it runs its
+    program (`preexec_fn`), as a terminal starts a command. Where this process inherited
+    SIGINT ignored (as a background job of a script does), or blocks it (a command run
+    in this process, `broker.process.unwind_on_sigterm`), the child would inherit that
+    too, and a SIGINT sent to stop it would do nothing."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
 
 def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:

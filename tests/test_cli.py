@@ -538,6 +538,7 @@ def interrupted_in_traffic(
 
 
 def _ignore_sigint() -> None:
+    sigint_default()  # then ignored, as a shell without job control starts a background job
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -639,10 +640,10 @@ def test_an_interrupted_analysis_stops_its_jvm_and_says_so_in_one_line(
     from tests.test_analysis import EVENTS, write_run
 
     run = write_run(tmp_path / "run", EVENTS)
-    if moment == "launching":  # the JVM's launcher is the command's first child process
+    if moment == "launching":  # PySpark's launcher of the JVM has started
 
         def ready(proc: subprocess.Popen[str]) -> bool:
-            return bool(children(proc.pid))
+            return any("pyspark" in cmdline(child) for child in children(proc.pid))
     else:
 
         def ready(proc: subprocess.Popen[str]) -> bool:
