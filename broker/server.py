@@ -39,7 +39,8 @@ and its `drop_reason` lists every target that missed it, comma-separated, as
 `link-down:LINK`, `queue-full:LINK` or `too-large:LINK` (LINK is `broker:N` or
 `client:NAME#K`);
 `to_nodes` and `delivered_to` still list the targets that did get it. An event that
-already passed this broker is dropped whole with reason `cycle`. Stats count
+already passed this broker is dropped whole with reason `cycle`, and logged as
+`cycle_dropped` the 1st, 2nd, 4th, 8th... time (a client can send any path). Stats count
 `events_dropped` (events missed by at least one target) and `drops` per reason.
 
 Clean shutdown (`drain`, on SIGTERM): the broker stops accepting and stops reading,
@@ -736,7 +737,16 @@ class Broker:
         if self.name in event[4]:  # its path
             self.events_dropped += 1
             self.drops["cycle"] += 1
-            self._log.error("cycle_dropped", event_id=event[1], path=event[4], link=link.link_id)
+            cycles = self.drops["cycle"]
+            if cycles & (cycles - 1) == 0:  # the 1st, 2nd, 4th, 8th...: a client sending
+                # made-up paths cannot fill the log; stats count every one
+                self._log.error(
+                    "cycle_dropped",
+                    event_id=event[1],
+                    path=event[4],
+                    link=link.link_id,
+                    cycles_dropped=cycles,
+                )
             if tracer is not None:
                 link.trace_rows.extend(pack_row(t_start, tracer.outcome_of(()), 0, 0))
                 link.trace_notes += (DROPPED, index, "cycle")

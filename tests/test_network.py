@@ -9,15 +9,19 @@ import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
+import structlog
 import trio
 
 import client
-from broker.local_network import Network
+from broker.local_network import Network, free_base_port
 from broker.protocol import PROTOCOL_VERSION
+from broker.server import Broker
 from routing import parse_filter
+from topologies.generators import chain
 
 pytestmark = pytest.mark.integration
 
@@ -341,3 +345,39 @@ def test_an_event_that_already_passed_a_broker_is_dropped(tree7: Network) -> Non
             return (await c.stats())["events_dropped"]
 
     assert trio.run(scenario) == 1
+
+
+def test_events_dropped_as_cycles_are_logged_less_and_less_often() -> None:
+    """A client may send any path, as often as it likes: every drop is counted, but
+    only the 1st, 2nd, 4th, 8th... is logged, and the broker goes on serving."""
+    topology = chain(1, name="cycles", base_port=free_base_port(1))
+    host, port = topology.address(1)
+    broker = Broker(topology, 1)
+
+    async def scenario() -> dict[str, Any]:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(broker.serve)
+                async with client.open_client(host, port, name="sub") as c:
+                    sub = await c.subscribe("family = 5")
+                    stream = await trio.open_tcp_stream(host, port)
+                    await stream.send_all(_hello("cycler"))
+                    await stream.receive_some(65536)  # Welcome
+                    looped = [
+                        [20, f"loop:{n}", "cycler", {"family": 5}, ["1"], 1] for n in range(20)
+                    ]
+                    fresh = [20, "fresh", "cycler", {"family": 5}, [], 1]
+                    frames = [_frame(msgpack.packb(m)) for m in [*looped, fresh]]
+                    await stream.send_all(b"".join(frames))
+                    delivery = await sub.next_delivery()
+                    await stream.aclose()
+                    stats = await c.stats()
+                nursery.cancel_scope.cancel()
+        assert delivery.event_id == "fresh"
+        return stats
+
+    with structlog.testing.capture_logs() as logs:
+        stats = trio.run(scenario)
+    assert stats["drops"]["cycle"] == 20
+    logged = [e["cycles_dropped"] for e in logs if e["event"] == "cycle_dropped"]
+    assert logged == [1, 2, 4, 8, 16]
