@@ -39,8 +39,9 @@ and its `drop_reason` lists every target that missed it, comma-separated, as
 `link-down:LINK`, `queue-full:LINK` or `too-large:LINK` (LINK is `broker:N` or
 `client:NAME#K`);
 `to_nodes` and `delivered_to` still list the targets that did get it. An event that
-already passed this broker is dropped whole with reason `cycle`, and logged as
-`cycle_dropped` the 1st, 2nd, 4th, 8th... time (a client can send any path). Stats count
+already passed this broker is dropped whole with reason `cycle`. Cycles and events too
+large are logged (`cycle_dropped`, `event_too_large`) the 1st, 2nd, 4th, 8th... time
+only (`worth_logging`): a client can repeat them at will. Stats count
 `events_dropped` (events missed by at least one target) and `drops` per reason.
 
 Clean shutdown (`drain`, on SIGTERM): the broker stops accepting and stops reading,
@@ -120,6 +121,15 @@ from topologies import Topology
 log = structlog.get_logger("hop.broker")
 pack_row = EVENT_ROW.pack
 _now = time.time_ns  # one lookup less per traced event
+
+
+def worth_logging(count: int) -> bool:
+    """Whether the `count`th occurrence of a problem that a client can repeat at will (a
+    made-up path, events just under the frame limit) is logged: the 1st, 2nd, 4th,
+    8th... So the log says what happened and how often, and cannot be flooded; the
+    stats count every one."""
+    return count & (count - 1) == 0
+
 
 READ_SIZE = 65536
 _CLOSED = ("", "")  # the link ended without a problem to report
@@ -263,6 +273,7 @@ class Broker:
         self.events_routed = 0
         self.events_dropped = 0  # events that missed at least one target
         self.drops = dict.fromkeys(DROP_REASONS, 0)  # missed targets, by reason
+        self.too_large_events = 0  # events logged (`_too_large`) as too large for a target
         self._drop_when_full = self.config.queue_policy == "drop"
         self._draining = False
         self._accepting = trio.CancelScope()
@@ -738,8 +749,7 @@ class Broker:
             self.events_dropped += 1
             self.drops["cycle"] += 1
             cycles = self.drops["cycle"]
-            if cycles & (cycles - 1) == 0:  # the 1st, 2nd, 4th, 8th...: a client sending
-                # made-up paths cannot fill the log; stats count every one
+            if worth_logging(cycles):
                 self._log.error(
                     "cycle_dropped",
                     event_id=event[1],
@@ -901,14 +911,17 @@ class Broker:
         """Log an event that cannot be sent on to ``targets``: with this broker's id added
         to its path, or as a Deliver with its subscription ids, its frame would exceed
         ``max_frame`` (the peer's limit too). It is dropped for them (`too-large`)."""
-        self._log.error(
-            "event_too_large",
-            event_id=event[1],
-            publisher=event[2],
-            link=link.link_id,
-            targets=targets,
-            why=exc.message,
-        )
+        self.too_large_events += 1
+        if worth_logging(self.too_large_events):
+            self._log.error(
+                "event_too_large",
+                event_id=event[1],
+                publisher=event[2],
+                link=link.link_id,
+                targets=targets,
+                why=exc.message,
+                too_large_events=self.too_large_events,
+            )
 
     def _count_missed(
         self, missed: list[str], sends: list[tuple[Link, bytes]]

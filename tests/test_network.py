@@ -19,7 +19,7 @@ import trio
 import client
 from broker.local_network import Network, free_base_port
 from broker.protocol import PROTOCOL_VERSION
-from broker.server import Broker
+from broker.server import Broker, worth_logging
 from routing import parse_filter
 from topologies.generators import chain
 
@@ -345,6 +345,10 @@ def test_an_event_that_already_passed_a_broker_is_dropped(tree7: Network) -> Non
             return (await c.stats())["events_dropped"]
 
     assert trio.run(scenario) == 1
+
+
+def test_a_problem_a_client_can_repeat_is_logged_at_powers_of_two() -> None:
+    assert [n for n in range(1, 70) if worth_logging(n)] == [1, 2, 4, 8, 16, 32, 64]
 
 
 def test_events_dropped_as_cycles_are_logged_less_and_less_often() -> None:
