@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import pytest
 import client
 from broker.cli import EXIT_BAD_INPUT, EXIT_OK
 from broker.local_network import Network
-from client.cli import EventPrinter, address
+from client.cli import EventPrinter, address, json_lines
 from hop.cli import main as hop_main
 from hop.command import HOP, REPO, start_hop, stop
 
@@ -171,6 +172,22 @@ def test_an_event_the_broker_refuses_over_its_limits_is_bad_input(
 
 def _delivery(event_id: str, n: int) -> client.Delivery:
     return client.Delivery(event_id, "pub", {"n": n}, (1,), ("1",), 0, 0)
+
+
+def test_what_hop_sub_prints_hop_pub_reads_back_non_finite_numbers_too() -> None:
+    """NaN and infinities are printed as Python's json writes them (not strict JSON),
+    and `hop pub`'s reader takes them back; a name given twice keeps its last value."""
+    out = io.StringIO()
+    printer = EventPrinter(None, out)
+    attributes = {"a": float("nan"), "b": float("inf"), "c": -float("inf"), "d": b"\x01"}
+    printer.show(client.Delivery("p:1", "pub", attributes, (1,), ("1",), 0, 0))
+    printer.settled()
+    line = out.getvalue()
+    assert line == '{"a": NaN, "b": Infinity, "c": -Infinity, "d": "01"}\n'
+    [(where, event)] = list(json_lines([line]))
+    assert where == "line 1" and math.isnan(event["a"])
+    assert (event["b"], event["c"], event["d"]) == (math.inf, -math.inf, "01")
+    assert next(json_lines(['{"n": 1, "n": 2}']))[1] == {"n": 2}
 
 
 def test_hop_sub_prints_an_event_once_whichever_filters_matched() -> None:
