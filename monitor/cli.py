@@ -62,7 +62,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     unwind_on_sigterm()  # as in cmd_replay: the Spark session (its JVM) is stopped
     from monitor.analysis import analyze, findings
 
-    summary = analyze(Path(args.run_dir), master=args.master, window=args.window)
+    def say(line: str) -> None:
+        logs.say(f"hop analyze: {line}")
+
+    summary = analyze(
+        Path(args.run_dir),
+        master=args.master,
+        window=args.window,
+        progress=None if args.quiet else say,
+    )
     print(json.dumps(summary, indent=2, default=str))
     for line in findings(summary):
         logs.say(f"hop analyze: {line}")
@@ -149,6 +157,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir")
     p.add_argument("--master", type=master_url, help="Spark master URL (default: local[*])")
     p.add_argument("--window", choices=["measure", "all"], default="measure")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_analyze)
 
     p = command("predict", "model predictions for RUN_DIR -> RUN_DIR/analysis/")

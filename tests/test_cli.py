@@ -249,7 +249,9 @@ def test_hop_analyze_tells_what_it_could_not_read_on_stderr(
         "problems": ["hops-broker3-910.arrow: truncated after 100 rows (...); rows kept"],
         "warnings": ["class (callForOffers, pub1) at broker 3: solved visit ratio ..."],
     }
-    monkeypatch.setattr("monitor.analysis.analyze", lambda run_dir, master, window: summary)
+    monkeypatch.setattr(
+        "monitor.analysis.analyze", lambda run_dir, master, window, progress: summary
+    )
     assert hop.cli.main(["analyze", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out) == summary
@@ -653,10 +655,14 @@ def test_an_interrupted_analysis_stops_its_jvm_and_says_so_in_one_line(
     said = "hop analyze: interrupted" + (" (SIGTERM)" if sig == signal.SIGTERM else "")
     lines = ended.stderr.splitlines()
     assert lines[-1:] == [said], ended.stderr
-    # besides, at most the JVM's own notice of the modules Spark asks it for
-    assert all(line.startswith("WARNING: Using incubator modules") for line in lines[:-1]), (
-        ended.stderr
-    )
+    # before it, the command's progress lines and the JVM's notice of the modules Spark
+    # asks it for
+    assert "Traceback" not in ended.stderr, ended.stderr
+    progress = [line for line in lines[:-1] if line.startswith("hop analyze: ")]
+    notices = [line for line in lines[:-1] if line.startswith("WARNING: Using incubator")]
+    assert len(progress) + len(notices) == len(lines) - 1, ended.stderr
+    assert progress[0].startswith("hop analyze: staged "), ended.stderr
+    assert progress[1] == "hop analyze: starting Spark (local[*])", ended.stderr
     assert ended.code == 128 + sig
     assert ended.started, "no JVM was started"
     assert ended.left == [], [cmdline(pid) for pid in ended.left]

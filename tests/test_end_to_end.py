@@ -266,6 +266,10 @@ def test_hop_analyze_on_a_standalone_master_matches_local_mode(
     run = _copy_run(specjms_run, tmp_path / "run")
     result = _ok(hop("analyze", str(run), "--master", standalone_cluster, timeout=300))
     assert "log level" not in result.stderr, result.stderr[-3000:]
+    progress = [line for line in result.stderr.splitlines() if line.startswith("hop analyze: ")]
+    assert progress[0].startswith("hop analyze: staged ")  # each step as it ends
+    assert progress[1] == f"hop analyze: starting Spark ({standalone_cluster})"
+    assert progress[-1].startswith("hop analyze: wrote latency.parquet ("), progress
     summary = json.loads(result.stdout)
     assert summary["spark_master"] == standalone_cluster
     local = json.loads((specjms_run / "analysis" / "summary.json").read_text())

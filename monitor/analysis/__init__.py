@@ -102,7 +102,9 @@ def analyze(
     timings = {"stage_s": round(time.perf_counter() - started, 3)}
     say(f"staged {staged.rows['hops']} hop rows as Parquet ({timings['stage_s']} s)")
     own_session = spark is None
-    spark = spark or spark_session(master, java_options=jit_options(staged.rows["hops"]))
+    if spark is None:
+        say(f"starting Spark ({master or 'local[*]'})")
+        spark = spark_session(master, java_options=jit_options(staged.rows["hops"]))
     with stopped_at_end(spark) if own_session else contextlib.nullcontext():
         hops, warnings = _write_tables(spark, staged.root, span, out, timings, say)
         master_url = spark.sparkContext.master
