@@ -471,10 +471,19 @@ def _md_table(frame: pd.DataFrame) -> str:
 UNITS = {"throughput": "brokers", "latency": "pairs"}
 
 
-def _percent(value: float) -> str:
+NO_ERROR_BELOW = 1e-3
+"""Errors and spreads under this many percent are printed as 0.0: rounding in the
+arithmetic (an unsaturated M/M/1 throughput is the measured arrival rate itself, so
+its "error" is a few 1e-9 %), not a difference a run could show."""
+
+
+def percent_text(value: float) -> str:
     """A percentage to one decimal, or to two significant digits below 0.1: a spread
-    of 0.03 % printed as "0.0" would read as none, beside errors that exceed it."""
-    if value == 0 or abs(value) >= 0.1:
+    of 0.03 % printed as "0.0" would read as none, beside errors that exceed it. Under
+    `NO_ERROR_BELOW`, 0.0."""
+    if abs(value) < NO_ERROR_BELOW:
+        return "0.0"
+    if abs(value) >= 0.1:
         return f"{value:.1f}"
     return f"{value:.2g}"
 
@@ -494,8 +503,8 @@ def summary_sentence(
             if f"{key}_worst" not in s:
                 continue
             text = (
-                f"{name} ({method}) mean error {_percent(s[f'{key}_mean'])} %, "
-                f"worst {_percent(s[f'{key}_worst'])} %"
+                f"{name} ({method}) mean error {percent_text(s[f'{key}_mean'])} %, "
+                f"worst {percent_text(s[f'{key}_worst'])} %"
             )
             if f"{key}_within_spread" in s and s[f"{key}_spread_mean"] == 0:
                 text += ", every measurement the same (no run-to-run spread to compare with)"
@@ -503,7 +512,7 @@ def summary_sentence(
                 rows, unit = int(s[f"{key}_rows"]), UNITS[name]
                 text += (
                     f", within the measurement's own run-to-run spread (mean "
-                    f"{_percent(s[f'{key}_spread_mean'])} %) for "
+                    f"{percent_text(s[f'{key}_spread_mean'])} %) for "
                     f"{int(s[f'{key}_within_spread'])} "
                     f"of {rows} {unit}, inside its 95 % interval for "
                     f"{int(s[f'{key}_inside'])} of {rows}"

@@ -37,6 +37,7 @@ from monitor.report import (
     Run,
     compare,
     other_load,
+    percent_text,
     predictions_section,
     render,
     simulation_rows,
@@ -291,6 +292,17 @@ def test_bootstrap_interval_of_the_median() -> None:
     # Two runs: the interval is their range; one run has none.
     assert bootstrap_median_interval([3.0, 5.0]) == (3.0, 5.0)
     assert all(np.isnan(bootstrap_median_interval([3.0])))
+
+
+def test_percentages_in_the_summary_keep_small_spreads_but_not_rounding() -> None:
+    assert [percent_text(v) for v in (12.345, 0.1, 0.034, -0.034)] == [
+        "12.3",
+        "0.1",
+        "0.034",
+        "-0.034",
+    ]
+    # an unsaturated M/M/1 throughput is the measured rate itself: its error is rounding
+    assert [percent_text(v) for v in (1e-9, 0.0, -4e-7)] == ["0.0", "0.0", "0.0"]
 
 
 def test_spread_is_the_furthest_run_from_the_median() -> None:
