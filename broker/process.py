@@ -100,12 +100,23 @@ def unwind_on_sigterm() -> None:
     handler is Python's default, which `trio.run` replaces by its own, so SIGTERM has a
     handler to be handed to there (`_interrupt`). Left ignored, trio would install none,
     and SIGTERM would raise KeyboardInterrupt in the middle of trio's loop, abandoning
-    its tasks' clean-up. Threads started before (numpy and pyarrow start some when
-    imported) keep the mask they had: call it first."""
-    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    its tasks' clean-up. Threads keep the mask they started with, and one that did not
+    block SIGINT would take it: so this is done only while the process has no other
+    thread (numpy and pyarrow start some when imported: call this first). Otherwise
+    SIGINT stays ignored, and SIGTERM raises at once (`_interrupt`)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN and _one_thread():
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _one_thread() -> bool:
+    """Whether this process runs a single thread, native ones counted (Linux lists them
+    all in /proc; elsewhere only Python's are seen)."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return threading.active_count() == 1
 
 
 _sigterm_received = False
@@ -126,10 +137,10 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     and fork servers) never run, and at exit the garbage collector reports every
     abandoned coroutine as "Exception ignored". Inside `trio.run` SIGINT's handler is
     trio's, which raises KeyboardInterrupt in the main task where that is safe;
-    elsewhere it is Python's, which raises it at once. With SIGINT ignored (set by a
-    program other than `unwind_on_sigterm`, which blocks it instead), there is no
-    handler to lend, and SIGTERM raises KeyboardInterrupt at once all the same: better
-    than leaving the children running.
+    elsewhere it is Python's, which raises it at once. With SIGINT ignored (where
+    `unwind_on_sigterm` could not block it instead), there is no handler to lend, and
+    SIGTERM raises KeyboardInterrupt at once all the same: better than leaving the
+    children running.
     """
     global _sigterm_received
     _sigterm_received = True

@@ -273,7 +273,7 @@ class Broker:
         self.events_routed = 0
         self.events_dropped = 0  # events that missed at least one target
         self.drops = dict.fromkeys(DROP_REASONS, 0)  # missed targets, by reason
-        self.too_large_events = 0  # events logged (`_too_large`) as too large for a target
+        self.too_large_events = 0  # times an event was too large for targets (`_too_large`)
         self._drop_when_full = self.config.queue_policy == "drop"
         self._draining = False
         self._accepting = trio.CancelScope()
