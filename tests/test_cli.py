@@ -666,3 +666,33 @@ def test_an_interrupted_analysis_stops_its_jvm_and_says_so_in_one_line(
     assert ended.code == 128 + sig
     assert ended.started, "no JVM was started"
     assert ended.left == [], [cmdline(pid) for pid in ended.left]
+
+
+@pytest.mark.needs("procfs")
+@pytest.mark.parametrize(
+    ("before", "sigint", "blocked"),
+    [
+        ("", "default_int_handler", True),
+        ("threading.Thread(target=time.sleep, args=(5,), daemon=True).start()", "1", False),
+    ],  # (SIG_IGN is 1)
+    ids=["one-thread", "a-thread-started-before"],
+)
+def test_an_ignored_sigint_is_blocked_only_while_one_thread_runs(
+    before: str, sigint: str, blocked: bool
+) -> None:
+    """Blocked, SIGINT stays away and trio can lend its handler to SIGTERM; but a thread
+    started before (as numpy's and pyarrow's at import) would keep SIGINT unblocked and
+    take it, so then it stays ignored."""
+    code = (
+        f"import signal, threading, time\n{before}\n"
+        "from broker.process import unwind_on_sigterm\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "unwind_on_sigterm()\n"
+        "handler = signal.getsignal(signal.SIGINT)\n"
+        "print(int(handler) if isinstance(handler, int) else handler.__name__)\n"
+        "print(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert done.stdout.split() == [sigint, str(blocked)], done.stderr
