@@ -88,9 +88,10 @@ def target_workload(
     (and 1/`rate_scale` times the durations) publishes the same events, faster.
     """
     run_file = char.run_dir / "case_study.toml"
-    study = load_case_study(study_file or run_file)
+    run_study = load_case_study(run_file, files_needed=False)
+    study = load_case_study(study_file) if study_file is not None else run_study
     if study_file is not None:
-        same_network(study, study_file, load_case_study(run_file), run_file)
+        same_network(study, study_file, run_study, run_file)
     arrivals = {publisher_name(p.id): p.arrival for p in study.publishers.values()}
     if measured_rates:
         if study_file is not None or scenario is not None:

@@ -48,8 +48,9 @@ from topologies import (
     HostSpec,
     load_case_study,
     subscriber_name,
+    to_toml,
 )
-from topologies.model import Workload
+from topologies.model import Security, Workload
 
 ATTACHED_WAIT_MAX_S = 60.0
 """After the drain, a replay copies the traces of brokers it attached to (they keep
@@ -125,7 +126,7 @@ def replay(
         raise InputError(f"{run_dir} already holds traces; choose an empty --out folder")
     made_folder(traces, f"--out {run_dir}")
     copy = run_dir / "case_study.toml"
-    shutil.copyfile(study_file, copy)
+    write_copy(study, study_file, copy)
     run_id = f"{study.topology.name}-{scenario or 'base'}-{time.strftime('%Y%m%dT%H%M%S')}"
     creds = ClientCredentials.for_network(study.topology)
     site = Site(study, run_dir)
@@ -204,6 +205,21 @@ def replay(
         lag = "; ".join(f"broker {b}: {why}" for b, why in sorted(behind.items()))
         raise ReplayError(f"traces copied incomplete ({lag}); what they hold is in {run_dir}")
     return result
+
+
+def write_copy(study: CaseStudy, study_file: Path, copy: Path) -> None:
+    """Write the case study that the run's processes read (and that records the run).
+
+    A study naming secret or certificate files may name them relative to its own
+    folder, which the copy is not in: such a study is written out by `to_toml`, which
+    gives every path absolute (the file's comments are not kept). Any other study is
+    copied byte for byte.
+    """
+    if study.topology.security == Security():
+        shutil.copyfile(study_file, copy)
+        return
+    header = f"# {study_file.name} as `hop replay` ran it, the files it names made absolute\n"
+    copy.write_text(header + to_toml(study))
 
 
 class Site:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +42,7 @@ from monitor.runfiles import (
     table_of,
 )
 from monitor.traces import MEASURE_WINDOW, read_manifest, read_table
+from topologies import TopologyError, load_topology
 
 THESIS = {  # worst relative errors of the thesis' Tables 6.1/6.2 (its section 6.1.3)
     "throughput": {"s1": 1.95, "s2": 0.81},
@@ -359,12 +359,14 @@ def figure_topology(run: Run) -> str:
 
 
 def _parents(run: Run) -> dict[str, str | None]:
-    path = run.path / "case_study.toml"
     try:
-        study = tomllib.loads(path.read_text())
-    except (OSError, ValueError) as exc:  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
-        raise ReportError(f"{path}: unreadable ({exc})") from None
-    return {str(b["id"]): (str(b["parent"]) if "parent" in b else None) for b in study["brokers"]}
+        topology = load_topology(run.path / "case_study.toml", files_needed=False)
+    except TopologyError as exc:
+        raise ReportError(str(exc)) from None
+    return {
+        str(b.id): (str(b.parent) if b.parent is not None else None)
+        for b in topology.brokers.values()
+    }
 
 
 def figure_routing_heatmap(run: Run) -> str:

@@ -36,6 +36,7 @@ from monitor.report import (
     ReportError,
     Run,
     compare,
+    figure_topology,
     other_load,
     percent_text,
     predictions_section,
@@ -761,6 +762,23 @@ def test_the_report_names_an_analysis_table_it_cannot_read(
         Run.load(run)
     assert str(refused.value).startswith(f"{run / 'analysis' / table}.parquet: {said}")
     assert "\n" not in str(refused.value)
+
+
+TREE7_TEXT = STUDY.read_text()
+
+
+def test_the_report_draws_the_network_of_a_copy_whose_secrets_are_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """A run folder moved to another host keeps its case study's paths, not its files."""
+    run = _analysed_run(tmp_path / "run")
+    copy = run / "case_study.toml"
+    copy.write_text('auth_secret_file = "/on/the/lab/host/secret"\n' + TREE7_TEXT)
+    assert figure_topology(Run.load(run)).startswith("data:image/png;base64,")
+    copy.write_text(TREE7_TEXT.replace("[[brokers]]\nid = 1\n", "[[brokers]]\n", 1))
+    with pytest.raises(ReportError) as refused:
+        figure_topology(Run.load(run))
+    assert str(refused.value) == f"{copy}: brokers[0].id: missing required key"
 
 
 def test_the_report_names_predictions_it_cannot_read(tmp_path: Path) -> None:

@@ -110,6 +110,13 @@ def test_the_runs_rates_in_its_manifest_are_checked(
     assert own.same_as_run
 
 
+def test_the_runs_copy_may_name_secret_files_this_host_lacks(tmp_path: Path) -> None:
+    char = tree7_run(tmp_path, {"rates": RATES})
+    copy = tmp_path / "case_study.toml"
+    copy.write_text('auth_secret_file = "/on/the/lab/host/secret"\n' + copy.read_text())
+    assert target_workload(char, None, None).rates == target_workload(char, TREE7, None).rates
+
+
 PUBLISHERS = load_case_study(TREE7).publishers
 
 

@@ -18,6 +18,7 @@ import client
 from broker.local_network import REPO, Network, free_base_port
 from broker.trace.schema import HOPS
 from monitor.characterize import characterize
+from monitor.replay import write_copy
 from monitor.traces import TraceError, count_rows, read_table
 from monitor.tracing import attributes_from_json
 from routing import parse_filter
@@ -208,3 +209,30 @@ def test_replay_refuses_a_run_dir_with_traces(tmp_path: Path) -> None:
     (tmp_path / "run" / "traces" / "hops-x-1.arrow").write_bytes(b"")
     result = run_replay(path, tmp_path / "run")
     assert result.returncode == 2 and "already holds traces" in result.stderr  # the user's
+
+
+def test_a_case_study_naming_its_secrets_relative_to_its_folder_replays(tmp_path: Path) -> None:
+    """The brokers and clients read the run's copy in RUN_DIR, not the file's folder:
+    the copy names the same secret files, by absolute path."""
+    path, study = small_study(tmp_path, "hierarchical")
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "network").write_text("for brokers\n")
+    (tmp_path / "keys" / "clients").write_text("for clients\n")
+    secured = 'auth_secret_file = "keys/network"\nclient_secret_file = "keys/clients"\n'
+    path.write_text(secured + path.read_text())
+    out = tmp_path / "run"
+    result = run_replay(path, out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "lost 0" in result.stdout
+    copy = out / "case_study.toml"
+    assert copy.read_text().startswith(f"# {path.name} as `hop replay` ran it")
+    assert load_case_study(copy) == load_case_study(path)
+    assert load_case_study(copy).topology.security.client_secret_file == (
+        tmp_path.resolve() / "keys" / "clients"
+    )
+
+
+def test_a_case_study_naming_no_files_is_copied_as_it_is(tmp_path: Path) -> None:
+    path, study = small_study(tmp_path, "hierarchical")
+    write_copy(study, path, tmp_path / "copy.toml")
+    assert (tmp_path / "copy.toml").read_bytes() == path.read_bytes()

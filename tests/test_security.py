@@ -111,6 +111,25 @@ def test_security_paths_are_resolved_against_the_file_folder(tmp_path: Path) -> 
     assert load_topology(write(elsewhere / "t.toml", to_toml(topology))) == topology
 
 
+def test_a_reader_of_the_network_alone_does_without_the_files(tmp_path: Path) -> None:
+    """A run's copy read on a host without its secrets (`hop predict`, `hop report`):
+    the paths are still resolved and checked for type, the files not looked for."""
+    text = (
+        'base_port = 7000\nauth_secret_file = "keys/secret"\n'
+        '[tls]\nca = "/nowhere/ca.pem"\ncert = "b.pem"\nkey = "b.key"\n[[brokers]]\nid = 1\n'
+    )
+    file = write(tmp_path / "t.toml", text)
+    with pytest.raises(TopologyError, match="tls.ca: file not found"):
+        load_topology(file)
+    topology = load_topology(file, files_needed=False)
+    assert topology.security.secret_file == tmp_path.resolve() / "keys" / "secret"
+    assert topology.security.tls is not None
+    assert topology.security.tls.ca == Path("/nowhere/ca.pem")
+    with pytest.raises(TopologyError, match="auth_secret_file: must be a string"):
+        not_text = write(tmp_path / "t.toml", text.replace('"keys/secret"', "1"))
+        load_topology(not_text, files_needed=False)
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

@@ -128,20 +128,25 @@ def _fail(field: str, problem: str) -> NoReturn:
     raise _Invalid(field, problem)
 
 
-def load_topology(path: str | Path) -> Topology:
+def load_topology(path: str | Path, *, files_needed: bool = True) -> Topology:
     """The topology of a file, which may or may not describe a workload.
 
     The whole file is still validated, so a file is valid or not the same way for
     every command that reads it.
     """
-    return load_case_study(path).topology
+    return load_case_study(path, files_needed=files_needed).topology
 
 
-def load_case_study(path: str | Path, filter_parser: FilterParser | None = None) -> CaseStudy:
+def load_case_study(
+    path: str | Path, filter_parser: FilterParser | None = None, *, files_needed: bool = True
+) -> CaseStudy:
     """Load and validate a case study.
 
     `filter_parser`, if given (normally `routing.parse_filter`), is called on every
     filter text; a `ValueError` from it is reported at ``subscribers[i].filters[j]``.
+    Without `files_needed`, the secret and certificate files the study names need not
+    exist: for readers of a run's copy that use only its network and workload (the
+    copy may have moved to a host without them).
     """
     file = str(path)
     try:
@@ -156,17 +161,21 @@ def load_case_study(path: str | Path, filter_parser: FilterParser | None = None)
     except RecursionError:  # (tomllib parses nested arrays and tables recursively)
         raise TopologyError(file, None, "invalid TOML: nested too deeply") from None
     try:
-        return _case_study(doc, Path(path).stem, file, filter_parser)
+        return _case_study(doc, Path(path).stem, file, filter_parser, files_needed)
     except _Invalid as e:
         raise TopologyError(file, e.field, e.problem) from None
 
 
 def _case_study(
-    doc: dict[str, Any], stem: str, file: str, filter_parser: FilterParser | None
+    doc: dict[str, Any],
+    stem: str,
+    file: str,
+    filter_parser: FilterParser | None,
+    files_needed: bool,
 ) -> CaseStudy:
     _keys(doc, "", required=("base_port", "brokers"), allowed=_TOP_KEYS)
     topology = _topology(doc, stem, file)
-    topology = replace(topology, security=_security(doc, Path(file).parent))
+    topology = replace(topology, security=_security(doc, Path(file).parent, files_needed))
     workload = _workload(doc["workload"], "workload") if "workload" in doc else None
     publishers = _publishers(doc, topology)
     subscribers = _subscribers(doc, topology, filter_parser)
@@ -251,7 +260,7 @@ def _check_tree(brokers: dict[int, BrokerSpec], where: dict[int, str]) -> None:
 # --- security -------------------------------------------------------------------------
 
 
-def _security(doc: dict[str, Any], folder: Path) -> Security:
+def _security(doc: dict[str, Any], folder: Path, files_needed: bool) -> Security:
     tls = None
     if "tls" in doc:
         entry = _keys(doc["tls"], "tls", required=("ca", "cert", "key"), allowed=_TLS_KEYS)
@@ -259,26 +268,27 @@ def _security(doc: dict[str, Any], folder: Path) -> Security:
         if not isinstance(verify_clients, bool):
             _fail("tls.verify_clients", f"must be true or false, got {_kind(verify_clients)}")
         tls = TlsFiles(
-            ca=_file(entry["ca"], "tls.ca", folder),
-            cert=_file(entry["cert"], "tls.cert", folder),
-            key=_file(entry["key"], "tls.key", folder),
+            ca=_file(entry["ca"], "tls.ca", folder, files_needed),
+            cert=_file(entry["cert"], "tls.cert", folder, files_needed),
+            key=_file(entry["key"], "tls.key", folder, files_needed),
             verify_clients=verify_clients,
         )
     return Security(
-        secret_file=_optional_file(doc, "auth_secret_file", folder),
-        client_secret_file=_optional_file(doc, "client_secret_file", folder),
+        secret_file=_optional_file(doc, "auth_secret_file", folder, files_needed),
+        client_secret_file=_optional_file(doc, "client_secret_file", folder, files_needed),
         tls=tls,
     )
 
 
-def _optional_file(doc: dict[str, Any], key: str, folder: Path) -> Path | None:
-    return _file(doc[key], key, folder) if key in doc else None
+def _optional_file(doc: dict[str, Any], key: str, folder: Path, needed: bool) -> Path | None:
+    return _file(doc[key], key, folder, needed) if key in doc else None
 
 
-def _file(value: object, at: str, folder: Path) -> Path:
-    """An existing file; a relative path is taken from the topology file's folder."""
+def _file(value: object, at: str, folder: Path, needed: bool) -> Path:
+    """An existing file, if `needed`; a relative path is taken from the topology file's
+    folder."""
     path = folder / _string(value, at)
-    if not path.is_file():
+    if needed and not path.is_file():
         _fail(at, f"{'not a file' if path.exists() else 'file not found'}: {path}")
     return path.resolve()
 
