@@ -505,6 +505,32 @@ def test_an_interrupted_command_says_so_in_one_line_and_exits_130(
     assert capsys.readouterr().err == "hop fail: interrupted\n"
 
 
+INTERRUPTED_WHILE_IMPORTING = """
+import sys
+import hop
+
+class CtrlC:  # a Ctrl-C that arrives while the command line imports broker.cli
+    def find_spec(self, name, path, target=None):
+        if name == "broker.cli":
+            raise KeyboardInterrupt
+
+sys.meta_path.insert(0, CtrlC())
+sys.exit(hop.main())
+"""
+
+
+def test_a_ctrl_c_while_hop_imports_its_commands_is_one_line_too() -> None:
+    ended = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_WHILE_IMPORTING],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        check=False,
+    )
+    assert (ended.returncode, ended.stderr) == (130, "hop: interrupted\n")
+
+
 def test_other_base_exceptions_pass_through_the_command_line() -> None:
     with pytest.raises(SystemExit):
         _hop_fail(SystemExit(3))
