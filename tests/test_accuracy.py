@@ -29,21 +29,16 @@ from monitor.repeats import (
     predicted_summary,
     spread_percent,
 )
-from monitor.report import (
-    TABLES,
+from monitor.report import ReportError, render
+from monitor.report.comparison import compare
+from monitor.report.figures import figure_topology
+from monitor.report.inputs import TABLES, Layout, Run, other_load, trace_findings
+from monitor.report.text import (
     HostLoadSummary,
-    Layout,
-    ReportError,
-    Run,
-    compare,
-    figure_topology,
-    other_load,
     percent_text,
     predictions_section,
-    render,
     simulation_rows,
     summary_sentence,
-    trace_findings,
 )
 from monitor.spark import C1_ONLY
 from monitor.validate import (

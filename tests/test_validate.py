@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hop.command import run_hop
-from monitor.report import measurement_of
+from monitor.report.comparison import measurement_of
 from tests.capabilities import chromium_path
 from tests.test_replay import small_study
 
