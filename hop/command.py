@@ -17,10 +17,11 @@ HOP = [sys.executable, "-m", "hop"]
 """The `hop` command of this checkout."""
 
 
-def run_hop(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    """Run `hop ARGS...` from the repository root; its output captured as text."""
+def run_hop(*args: str, timeout: float = 30, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """Run `hop ARGS...` in `cwd` (default: the repository root); its output captured
+    as text."""
     return subprocess.run(
-        [*HOP, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False
+        [*HOP, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False
     )
 
 

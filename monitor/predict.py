@@ -35,6 +35,7 @@ from monitor.model.network import Arrival, EventClass, Host, Network, Station, T
 from monitor.model.operational import Method, OperationalResult
 from monitor.model.operational import analyze as operational
 from monitor.model.simulation import SimulationResult, simulate
+from monitor.runfiles import local_path
 from monitor.traces import check_manifest
 from monitor.validate import SIMULATION_S
 from monitor.warmth import matched
@@ -386,7 +387,7 @@ def predict(
     )
     out = run_dir / "analysis"
     out.mkdir(exist_ok=True)
-    pq.write_table(table, out / "predictions.parquet")
+    pq.write_table(table, local_path(out / "predictions.parquet"))
     (out / "predictions_summary.json").write_text(json.dumps(summary, indent=2, default=str))
     summary["rows"] = table.num_rows
     return summary
@@ -449,5 +450,5 @@ def _write_samples(run_dir: Path, result: Any) -> None:
     out.mkdir(exist_ok=True)
     pq.write_table(
         pa.Table.from_pandas(pd.concat(frames), preserve_index=False),
-        out / "simulated_latency.parquet",
+        local_path(out / "simulated_latency.parquet"),
     )

@@ -207,6 +207,14 @@ def read_checked_json(
     return doc
 
 
+def local_path(path: Path) -> str:
+    """`path` as pyarrow and Spark are to take it: absolute. Either reads a relative
+    path whose first part holds a colon (a folder named ``run:1``) as a URI of the
+    scheme ``run:``, and Spark's executors resolve a relative path against their own
+    working folder."""
+    return str(Path(path).absolute())
+
+
 def read_parquet(
     path: Path, columns: Iterable[str], error: type[InputError], remedy: str
 ) -> pd.DataFrame:
@@ -214,7 +222,7 @@ def read_parquet(
     a part cannot be read (cut short, not Parquet) or a column the reader uses is not
     there (an emptied folder has none), with `remedy`, what writes it again."""
     try:
-        table = pq.read_table(path)
+        table = pq.read_table(local_path(path))
     except (pa.ArrowException, OSError) as exc:
         reason = " ".join(str(exc).split())  # Arrow's messages may span lines
         raise error(f"{path}: unreadable ({reason}); {remedy}") from None

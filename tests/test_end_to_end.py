@@ -88,11 +88,15 @@ def specjms_run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def specjms_predicted(specjms_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the analysed run with `hop predict` (every method) of its own workload."""
-    run = tmp_path_factory.mktemp("specjms-predicted") / "run"
+    """A copy of the analysed run with `hop predict` (every method) of its own workload.
+
+    Its folder is named with a colon and given relative: pyarrow and Spark take such a
+    path for a URI of the scheme ``run:`` unless given it absolute."""
+    run = tmp_path_factory.mktemp("specjms-predicted") / "run:1"
     shutil.copytree(specjms_run, run)
     limit = "5"  # a quarter of the default: these tests check the tables, not precision
-    summary = json.loads(_ok(hop("predict", str(run), "--sim-seconds", limit, timeout=300)).stdout)
+    predicted = hop("predict", run.name, "--sim-seconds", limit, timeout=300, cwd=run.parent)
+    summary = json.loads(_ok(predicted).stdout)
     assert set(summary["methods"]) == set(METHODS)
     assert summary["methods"]["sim"]["limit_s"] == float(limit)
     return run
@@ -151,10 +155,11 @@ def test_hop_predict_covers_every_measured_broker_and_pair(specjms_predicted: Pa
 
 
 def test_hop_report_names_the_case_study_and_its_brokers(specjms_predicted: Path) -> None:
-    result = _ok(hop("report", str(specjms_predicted), timeout=120))
+    run = specjms_predicted
+    result = _ok(hop("report", run.name, timeout=120, cwd=run.parent))  # (see its fixture)
     assert result.stdout.startswith("Prediction vs measurement: throughput (sim) mean error")
-    html, md = specjms_predicted / "report.html", specjms_predicted / "report.md"
-    assert result.stdout.split()[-2:] == [str(html), str(md)]
+    html, md = run / "report.html", run / "report.md"
+    assert result.stdout.split()[-2:] == [f"{run.name}/report.html", f"{run.name}/report.md"]
     text = md.read_text()
     assert text.startswith(f"# hop validation report: specjms_vertical ({SCENARIO})")
     assert "specjms_vertical" in html.read_text()

@@ -60,6 +60,7 @@ from monitor.analysis import queries
 from monitor.analysis.staging import stage_traces
 from monitor.analysis.visits import ClassRouting, solve_visit_ratios
 from monitor.analysis.window import WINDOWS, Window, run_window
+from monitor.runfiles import local_path
 from monitor.spark import jit_options, session_jit, spark_session, stopped_at_end
 from monitor.spark_master import master_url
 from monitor.traces import TraceError
@@ -109,7 +110,7 @@ def analyze(
         hops, warnings = _write_tables(spark, staged.root, span, out, timings, say)
         master_url = spark.sparkContext.master
         jit = session_jit(spark)
-    visit_ratios = pq.read_table(out / "visit_ratios.parquet").to_pylist()
+    visit_ratios = pq.read_table(local_path(out / "visit_ratios.parquet")).to_pylist()
     events = sum(
         {(r["event_type"], r["publisher"]): r["publications"] for r in visit_ratios}.values()
     )
@@ -129,7 +130,9 @@ def analyze(
         "trace_files": staged.files,
         "trace_rows": staged.rows,
         "used": {"events": events, "hops": hops},
-        "tables": {name: ds.dataset(out / f"{name}.parquet").count_rows() for name in SORT},
+        "tables": {
+            name: ds.dataset(local_path(out / f"{name}.parquet")).count_rows() for name in SORT
+        },
         "warnings": warnings + _visit_ratio_warnings(visit_ratios),
         "problems": staged.problems,
         "timings": {**timings, "total_s": round(time.perf_counter() - started, 3)},
@@ -157,7 +160,7 @@ def _write_tables(
         for name, df in tables.items():
             t = time.perf_counter()
             df.repartition(1).sortWithinPartitions(*SORT[name]).write.mode("overwrite").parquet(
-                str(out / f"{name}.parquet")
+                local_path(out / f"{name}.parquet")
             )
             timings[f"{name}_s"] = round(time.perf_counter() - t, 3)
             say(f"wrote {name}.parquet ({timings[f'{name}_s']} s)")

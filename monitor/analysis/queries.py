@@ -26,6 +26,7 @@ from pyspark.sql.window import Window as Over
 
 from broker.trace.schema import SCHEMAS
 from monitor.analysis.window import Window
+from monitor.runfiles import local_path
 
 CLASS = ["event_type", "publisher"]
 ACCURACY = 100_000  # percentile_approx: exact up to 50,000 values per group
@@ -44,7 +45,8 @@ def load(spark: SparkSession, root: Path) -> Traces:
     """The staged Parquet traces, with the trace schema (no type inference)."""
 
     def read(table: str) -> DataFrame:
-        return spark.read.schema(from_arrow_schema(SCHEMAS[table])).parquet(str(root / table))
+        schema = from_arrow_schema(SCHEMAS[table])
+        return spark.read.schema(schema).parquet(local_path(root / table))
 
     return Traces(read("hops"), read("deliveries"), read("publications"))
 

@@ -32,6 +32,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from broker.trace.schema import SCHEMAS
+from monitor.runfiles import local_path
 from monitor.traces import TraceError, read_file, trace_files
 
 TABLES = ("hops", "deliveries", "publications")
@@ -80,7 +81,7 @@ def stage_traces(run_dir: Path, root: Path) -> Staged:
     for table in TABLES:
         if staged.rows[table] == 0:  # still a table Spark can read, with no rows
             (root / table).mkdir(parents=True, exist_ok=True)
-            pq.write_table(SCHEMAS[table].empty_table(), root / table / "empty.parquet")
+            pq.write_table(SCHEMAS[table].empty_table(), local_path(root / table / "empty.parquet"))
     return staged
 
 
@@ -93,7 +94,7 @@ def _convert(table: str, path: Path, root: Path) -> tuple[int, str | None]:
     if table == "hops":
         ds.write_dataset(
             data,
-            root / table,
+            local_path(root / table),
             format="parquet",
             partitioning=["broker"],
             partitioning_flavor="hive",
@@ -102,5 +103,5 @@ def _convert(table: str, path: Path, root: Path) -> tuple[int, str | None]:
         )
     else:
         (root / table).mkdir(parents=True, exist_ok=True)
-        pq.write_table(data, root / table / f"{path.stem}.parquet")
+        pq.write_table(data, local_path(root / table / f"{path.stem}.parquet"))
     return data.num_rows, problem
