@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import itertools
 import json
 import os
@@ -45,13 +46,23 @@ from topologies import TopologyError
 def address(text: str) -> tuple[str, int]:
     """HOST:PORT (an IPv6 address in brackets: [::1]:7301), or BadInput."""
     host, sep, port = text.rpartition(":")
+    hint = ""
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    elif ":" in host or "/" in host:  # a URL, or a port too many
+    elif ":" in host or "/" in host:  # an IPv6 address unbracketed, a URL, a port too many
+        if _is_ipv6(host):
+            hint = f" (an IPv6 address goes in brackets: [{host}]:{port})"
         host = ""
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise BadInput(f"expected HOST:PORT, got {text!r}")
+        raise BadInput(f"expected HOST:PORT, got {text!r}{hint}")
     return host, int(port)
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(text), ipaddress.IPv6Address)
+    except ValueError:
+        return False
 
 
 def checked_text(text: str, what: str) -> str:

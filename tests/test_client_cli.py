@@ -44,11 +44,15 @@ def test_hop_pub_takes_pairs_or_standard_input(
     [
         (["pub", "127.0.0.1:7301:5", "a=1"], "expected HOST:PORT, got '127.0.0.1:7301:5'"),
         (["stats", "http://127.0.0.1:7301"], "expected HOST:PORT, got 'http://127.0.0.1:7301'"),
+        (
+            ["stats", "::1:7301"],
+            "expected HOST:PORT, got '::1:7301' (an IPv6 address goes in brackets: [::1]:7301)",
+        ),
         (["pub", "127.0.0.1:1", "k=\udcff"], "attribute 'k': '\\udcff' is not valid UTF-8"),
         (["stats", "127.0.0.1:1", "--name", "n\udcff"], "--name: 'n\\udcff' is not valid"),
         (["sub", "127.0.0.1:1", 'x = "\udcff"'], "filter: 'x = \"\\udcff\"' is not valid"),
     ],
-    ids=["port-too-many", "url", "value", "client-name", "filter"],
+    ids=["port-too-many", "url", "ipv6-unbracketed", "value", "client-name", "filter"],
 )
 def test_client_commands_name_bad_text_and_addresses_before_connecting(
     capsys: pytest.CaptureFixture[str], args: list[str], said: str
