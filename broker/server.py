@@ -303,10 +303,13 @@ class Broker:
         finally:
             if self.tracer is not None:
                 status = self.tracer.close()
-                self._log.info(
+                lost = self.tracer.rows_lost
+                incomplete = lost > 0 or status != 0
+                (self._log.error if incomplete else self._log.info)(
                     "trace_closed",
-                    rows=self.tracer.rows_shipped,
-                    lost=self.tracer.rows_lost,
+                    rows=self.tracer.rows_recorded,
+                    written=self.tracer.rows_written,
+                    lost=lost,
                     writer_status=status,
                 )
 

@@ -40,7 +40,7 @@ from monitor.driver import Plan
 from monitor.errors import InputError, ReplayError, check_number, made_folder
 from monitor.hostload import HostLoad, phase_bounds
 from monitor.placement import ClientProcess, client_processes
-from monitor.traces import read_table
+from monitor.traces import read_file, read_table, trace_files
 from monitor.tracing import attributes_from_json
 from routing import parse_filter
 from topologies import (
@@ -150,6 +150,7 @@ def replay(
     codes: dict[int, int] = {}
     error: Exception | None = None
     load = HostLoad()  # the CPU of processes outside the run, per phase
+    recorded: dict[int, int] = {}  # each broker's trace rows after the drain
     try:
         if not attach:
             procs.start(log_dir=run_dir / "logs")
@@ -165,6 +166,7 @@ def replay(
             phases, brokers_cpu, processes = trio.run(
                 _coordinate, coordinator, study, creds, workload
             )
+        recorded = _recorded_rows(study, creds)
         processes = _broker_records(procs, offsets, brokers_cpu, attach) + processes
     except ClientProcessError as exc:
         error = exc
@@ -181,6 +183,7 @@ def replay(
         )
         site.gather_attached(attached, procs)
     failed = {b: c for b, c in codes.items() if c != 0}
+    short = short_traces(run_dir, recorded)
     counts = check_deliveries(run_dir, study)
     result = ReplayResult(run_dir, run_id, phases, counts, offsets)
     host_load = load.record(phase_bounds(phases), judge=not attach) if load.samples else None
@@ -204,7 +207,39 @@ def replay(
     if behind:
         lag = "; ".join(f"broker {b}: {why}" for b, why in sorted(behind.items()))
         raise ReplayError(f"traces copied incomplete ({lag}); what they hold is in {run_dir}")
+    if short:
+        lacking = "; ".join(f"broker {b}: {what}" for b, what in sorted(short.items()))
+        raise ReplayError(
+            f"brokers' traces incomplete ({lacking}): their trace writers failed or fell "
+            f"behind (see {run_dir / 'logs'}); what they hold is in {run_dir}"
+        )
     return result
+
+
+def _recorded_rows(study: CaseStudy, creds: ClientCredentials) -> dict[int, int]:
+    """Each broker's trace rows recorded so far, from its stats; a broker that cannot be
+    asked is left out (its exit status tells what became of it)."""
+    recorded = {}
+    for b in sorted(study.topology.brokers):
+        with contextlib.suppress(ReplayError):
+            recorded[b] = _trace_rows(_stats(study, creds, b), b)[0]
+    return recorded
+
+
+def short_traces(run_dir: Path, recorded: dict[int, int]) -> dict[int, str]:
+    """The brokers whose hops files in RUN_DIR/traces hold fewer rows than the broker
+    had recorded after the drain (`recorded`, from its stats): its trace writer failed
+    (a full disk) or fell too far behind and rows were dropped. What each lacks."""
+    in_files = dict.fromkeys(recorded, 0)
+    for path in trace_files(run_dir, "hops"):
+        broker = path.name.split("-")[1].removeprefix("broker")
+        if broker.isdigit() and int(broker) in in_files:
+            in_files[int(broker)] += sum(b.num_rows for b in read_file(path, "hops")[0])
+    return {
+        b: f"{in_files[b]} of {rows} rows in its file"
+        for b, rows in recorded.items()
+        if in_files[b] < rows
+    }
 
 
 def write_copy(study: CaseStudy, study_file: Path, copy: Path) -> None:
@@ -610,7 +645,10 @@ def write_manifest(
         "trace_schema_version": TRACE_VERSION,
     }
     path = result.run_dir / "manifest.json"
-    path.write_text(json.dumps(manifest, indent=2) + "\n")
+    try:
+        path.write_text(json.dumps(manifest, indent=2) + "\n")
+    except OSError as exc:  # a full disk, say: the run's traces are cut short too
+        raise ReplayError(f"{path}: cannot write it ({exc.strerror or exc})") from None
     return path
 
 

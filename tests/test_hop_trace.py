@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import marshal
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from broker.protocol import Ping, Publish, encode_frame
+from broker.trace import hop_trace
 from broker.trace.hop_trace import (
     BLOB_HEADER,
     BLOCKED,
@@ -286,3 +288,54 @@ def test_a_writer_finishes_at_close_on_a_host_others_keep_busy(tmp_path: Path) -
             proc.wait()
     rows = read_table(tmp_path, "hops").table
     assert rows.num_rows == 2000
+
+
+FILE_LIMIT = 20_000  # bytes: a trace file that cannot grow past it, as on a full disk
+
+
+def _file_limited() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
+
+
+def test_a_writer_that_cannot_write_its_file_says_so_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "traces" / "hops-broker1-1.arrow"
+    frames = publish(1)
+    meta = marshal.dumps(({}, {1: ()}, [(("client:p", 1, 1, 10, 0, 0), len(frames), 1, end(1, 9))]))
+    rows = event(5, 1)
+    blob = BLOB_HEADER.pack(len(meta), len(rows)) + meta + rows + frames
+    done = subprocess.run(
+        [sys.executable, "-m", "broker.trace.hop_writer", str(path), "run", "1"],
+        input=blob * 500,  # some 500 KB of Arrow batches
+        capture_output=True,
+        timeout=60,
+        preexec_fn=_file_limited,
+        check=False,
+    )
+    assert done.returncode == 1
+    said = done.stderr.decode()
+    assert said.startswith(f"hop trace writer: {path}: File too large after "), said
+    assert said.endswith(" rows\n") and said.count("\n") == 1  # no traceback
+
+
+def test_rows_a_failed_writer_did_not_write_count_as_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the broker's stats and its `trace_closed` line say: every row recorded is
+    written or lost, also when the writer fails after taking rows."""
+
+    def limited_writer(args: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "broker.trace.hop_writer", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            preexec_fn=_file_limited,
+        )
+
+    monkeypatch.setattr(hop_trace, "_start_writer", limited_writer)
+    recorder = HopRecorder(tmp_path / "traces", "run", "1", flush_rows=1)
+    code = recorder.outcome_of(())
+    for n in range(500):
+        recorder.add_read(("client:p", n, 1, 10, 0, 0), publish(n), event(n, code), end(1, n + 1))
+    assert recorder.close() == 1
+    assert 0 < recorder.rows_written < 500
+    assert recorder.rows_written + recorder.rows_lost == recorder.rows_recorded == 500

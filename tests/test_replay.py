@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import resource
 import subprocess
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -51,13 +53,16 @@ def small_study(tmp_path: Path, routing: str) -> tuple[Path, CaseStudy]:
     return path, load_case_study(path)
 
 
-def run_replay(path: Path, out: Path) -> subprocess.CompletedProcess[str]:
+def run_replay(
+    path: Path, out: Path, preexec_fn: Callable[[], None] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "hop", "replay", str(path), "--out", str(out), "--quiet"],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=REPO,
+        preexec_fn=preexec_fn,
         check=False,
     )
 
@@ -236,3 +241,25 @@ def test_a_case_study_naming_no_files_is_copied_as_it_is(tmp_path: Path) -> None
     path, study = small_study(tmp_path, "hierarchical")
     write_copy(study, path, tmp_path / "copy.toml")
     assert (tmp_path / "copy.toml").read_bytes() == path.read_bytes()
+
+
+def _files_up_to_24_kb() -> None:
+    """A limit on the size of every file the replay's processes write (inherited by the
+    brokers and their trace writers), as a disk that fills up: a busy broker's trace
+    outgrows it (some 30 KB here), the manifest and the clients' traces do not."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (24 << 10, 24 << 10))
+
+
+def test_a_replay_whose_brokers_could_not_write_their_traces_fails_saying_so(
+    tmp_path: Path,
+) -> None:
+    path, _ = small_study(tmp_path, "hierarchical")
+    out = tmp_path / "run"
+    result = run_replay(path, out, preexec_fn=_files_up_to_24_kb)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "hop replay: brokers' traces incomplete (broker 1: " in result.stderr
+    assert "rows in its file" in result.stderr and "their trace writers failed" in result.stderr
+    assert json.loads((out / "manifest.json").read_text())["counts"]["lost"] == 0
+    logs = "".join(p.read_text() for p in (out / "logs").glob("broker-1*.log"))
+    assert "File too large after" in logs  # the writer's one line, no traceback
+    assert "Traceback" not in logs

@@ -43,6 +43,8 @@ broker is killed (losing only what the broker had not shipped).
 
 If the writer falls behind by more than `queue_bytes` of blobs, or is gone, blobs are
 dropped and counted (`rows_lost`, logged once): the broker keeps routing either way.
+A writer that cannot write its file (a full disk) says so in one line and ends; the
+rows it was handed and did not write count as lost too.
 The writer reports the rows in its file after each blob (`rows_written`), so the
 broker's stats tell when every row recorded by then is in the file (`rows_recorded`).
 """
@@ -144,8 +146,11 @@ class HopRecorder:
         self.flush_bytes = flush_bytes
         self.queue_bytes = queue_bytes
         self.rows_shipped = 0  # handed to the writer process
-        self.rows_lost = 0  # dropped: the writer was too slow or gone
+        self._rows_dropped = 0  # not shipped: the writer was too slow or gone
         self.rows_written = 0  # in the file, as the writer process last reported
+        self._writer_ended = False  # its reports all read: `rows_written` is final
+        self._loss_told = False
+        self._reports: threading.Thread | None = None
         self._rows_flushed = 0  # handed over or lost, by `flush`
         #: outcome code of each tuple of link ids an event was sent to (codes from 1)
         self.outcomes: dict[tuple[str, ...], int] = {}
@@ -170,6 +175,14 @@ class HopRecorder:
     def buffered(self) -> int:
         """Rows not shipped yet."""
         return self._row_bytes // EVENT_ROW.size
+
+    @property
+    def rows_lost(self) -> int:
+        """Rows that will never be in the file: those dropped before shipping (the writer
+        too slow or gone), and once the writer has ended, those it was handed and did
+        not write (it failed: a full disk, say)."""
+        unwritten = self.rows_shipped - self.rows_written if self._writer_ended else 0
+        return self._rows_dropped + unwritten
 
     @property
     def rows_recorded(self) -> int:
@@ -243,10 +256,13 @@ class HopRecorder:
         self._blobs.put(None)
         self._shipper.join(timeout_s)
         try:
-            return self._writer.wait(timeout_s)
+            status = self._writer.wait(timeout_s)
         except subprocess.TimeoutExpired:
             log.error("trace_writer_stuck", path=str(self.path), pid=self._writer.pid)
             return None
+        if self._reports is not None:
+            self._reports.join(timeout_s)  # its last reports read: `rows_lost` is final
+        return status
 
     def _widen_pipe(self) -> None:
         """Let the pipe to the writer hold a whole blob where Linux allows (its default
@@ -270,9 +286,10 @@ class HopRecorder:
         ready, _, _ = select.select([out], [], [], timeout_s)
         line = out.readline() if ready else b""
         if line == WRITER_READY:
-            threading.Thread(
+            self._reports = threading.Thread(
                 target=self._count_written, name="hop-trace-written", daemon=True
-            ).start()
+            )
+            self._reports.start()
             return
         out.close()
         with contextlib.suppress(ValueError, OSError):
@@ -286,6 +303,9 @@ class HopRecorder:
         with out:
             for line in out:
                 self.rows_written = int(line)
+        self._writer_ended = True
+        if self.rows_shipped > self.rows_written:
+            self._tell_loss("the trace writer ended before writing them")
 
     def _ship(self) -> None:
         """The thread that writes blobs to the writer process (pipe writes release the
@@ -310,11 +330,16 @@ class HopRecorder:
             pipe.close()
 
     def _lose(self, rows: int, why: str) -> None:
-        first = not self.rows_lost
-        self.rows_lost += rows
-        if first:
-            with contextlib.suppress(ValueError, OSError):  # the log stream may be gone
-                log.error("trace_rows_lost", why=why, path=str(self.path))
+        self._rows_dropped += rows
+        self._tell_loss(why)
+
+    def _tell_loss(self, why: str) -> None:
+        """Log the first loss of rows (the stats count them all)."""
+        if self._loss_told:
+            return
+        self._loss_told = True
+        with contextlib.suppress(ValueError, OSError):  # the log stream may be gone
+            log.error("trace_rows_lost", why=why, path=str(self.path))
 
 
 def _start_writer(args: list[str]) -> subprocess.Popen[bytes] | PipedChild:

@@ -355,17 +355,23 @@ def main(argv: list[str] | None = None) -> int:
     links = Links()
     written = 0
     try:
-        for blob in read_blobs(sys.stdin.buffer):
-            links.update(blob.names, blob.outcomes)
-            if blob.rows:
-                batch = hop_batch(
-                    links, blob.reads, blob.rows, blob.frames, args.run_id, args.broker
-                )
-                writer.write_batch(batch)
-                written += batch.num_rows
-            report.say(WRITER_WROTE.format(written).encode())
-    finally:
-        writer.close()
+        try:
+            for blob in read_blobs(sys.stdin.buffer):
+                links.update(blob.names, blob.outcomes)
+                if blob.rows:
+                    batch = hop_batch(
+                        links, blob.reads, blob.rows, blob.frames, args.run_id, args.broker
+                    )
+                    writer.write_batch(batch)
+                    written += batch.num_rows
+                report.say(WRITER_WROTE.format(written).encode())
+        finally:
+            writer.close()
+    except OSError as exc:  # the disk is full, the file over a size limit...
+        # One line in the broker's log; the broker counts the rows not written as lost.
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)  # (pyarrow's is wordy)
+        print(f"hop trace writer: {args.path}: {reason} after {written} rows", file=sys.stderr)
+        return 1
     return 0
 
 
