@@ -38,8 +38,9 @@ from typing import Any
 import trio
 
 import client
+from broker.groups import sole_exception
 from broker.security import ClientCredentials
-from broker.trace.arrow_writer import without_pandas
+from broker.trace.arrow_writer import TraceFileError, without_pandas
 from monitor.tracing import ClientRecorder
 from monitor.workload import EventGenerator
 from routing import parse_filter
@@ -262,7 +263,16 @@ async def _pump(
 
 def main() -> int:
     without_pandas()  # its trace writers need none: 0.55 s of CPU in each client process
-    trio.run(_main)
+    try:
+        trio.run(_main)
+    except BaseException as exc:
+        failure = sole_exception(exc)
+        if not isinstance(failure, TraceFileError):
+            raise
+        # A trace file it cannot write (a full disk): one line, which the replay shows
+        # as the end of this process's log, where a traceback would bury it.
+        print(f"hop client process: {failure}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from broker.protocol import Ping, Publish, encode_frame
 from broker.trace import hop_trace
+from broker.trace.arrow_writer import TraceFileError, TraceWriter
 from broker.trace.hop_trace import (
     BLOB_HEADER,
     BLOCKED,
@@ -339,3 +340,30 @@ def test_rows_a_failed_writer_did_not_write_count_as_lost(
     assert recorder.close() == 1
     assert 0 < recorder.rows_written < 500
     assert recorder.rows_written + recorder.rows_lost == recorder.rows_recorded == 500
+
+
+def test_a_trace_file_that_cannot_be_written_is_named(tmp_path: Path) -> None:
+    full = tmp_path / "deliveries-sub1-1.arrow"
+    full.symlink_to("/dev/full")  # every write: no space left on the device
+    writer = TraceWriter(full, HOPS)  # (pyarrow writes the stream's header with the first batch)
+    with pytest.raises(TraceFileError) as refused:
+        writer.close()
+    assert str(refused.value) == f"{full}: No space left on device"
+    writer.close()  # closed by the failure: nothing more to do
+
+
+def test_a_writer_that_cannot_open_its_file_says_so_in_one_line(tmp_path: Path) -> None:
+    """The broker then never hears it is ready: it logs so and counts every row lost."""
+    folder = tmp_path / "hops-broker1-1.arrow"
+    folder.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "broker.trace.hop_writer", str(folder), "run", "1"],
+        input=b"",
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (1, b"")
+    said = done.stderr.decode()
+    assert said.startswith(f"hop trace writer: {folder}: ") and said.endswith("is a directory\n")
+    assert said.count("\n") == 1  # no traceback

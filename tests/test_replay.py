@@ -263,3 +263,22 @@ def test_a_replay_whose_brokers_could_not_write_their_traces_fails_saying_so(
     logs = "".join(p.read_text() for p in (out / "logs").glob("broker-1*.log"))
     assert "File too large after" in logs  # the writer's one line, no traceback
     assert "Traceback" not in logs
+
+
+def _files_up_to_8_kb() -> None:
+    """As `_files_up_to_24_kb`, smaller: a subscriber's deliveries trace outgrows it."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 10, 8 << 10))
+
+
+def test_a_client_process_that_cannot_write_its_trace_ends_the_replay_in_one_line(
+    tmp_path: Path,
+) -> None:
+    path, _ = small_study(tmp_path, "hierarchical")
+    out = tmp_path / "run"
+    result = run_replay(path, out, preexec_fn=_files_up_to_8_kb)
+    assert result.returncode == 1, result.stderr[-3000:]
+    said = result.stderr.splitlines()[-1]
+    assert " ended unexpectedly (exit code 1, " in said
+    assert "; its log ends: hop client process: " in said
+    assert ".arrow: File too large (what was recorded is in " in said
+    assert "Traceback" not in said

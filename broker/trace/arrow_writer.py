@@ -12,10 +12,12 @@ the broker) are not passed per row: they are filled in when a batch is built.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
+import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,11 @@ def without_pandas() -> None:
         sys.meta_path.insert(0, _NoPandas())
 
 
+class TraceFileError(OSError):
+    """A trace file that cannot be written (a full disk, a file-size limit); its text
+    names the file and why. The writer is closed: what it wrote before stays readable."""
+
+
 class TraceWriter:
     """Rows of one table (a schema of `broker.trace.schema`) to one IPC stream file."""
 
@@ -69,8 +76,11 @@ class TraceWriter:
         self.flush_rows = flush_rows
         self.flush_interval_s = flush_interval_s
         self.rows: list[tuple[Any, ...]] = []
-        self._sink = pa.OSFile(str(path), "wb")
-        self._writer: pa.RecordBatchStreamWriter | None = pa.ipc.new_stream(self._sink, schema)
+        try:
+            self._sink = pa.OSFile(str(path), "wb")
+            self._writer: pa.RecordBatchStreamWriter | None = pa.ipc.new_stream(self._sink, schema)
+        except OSError as exc:
+            raise TraceFileError(f"{path}: {_reason(exc)}") from None
         # pyarrow initialises its conversions on first use (~0.5 s here, most of it
         # importing pandas when it is installed and not refused by `without_pandas`):
         # pay that now, not in the middle of a measurement.
@@ -109,14 +119,34 @@ class TraceWriter:
         """Write a batch built elsewhere (with this writer's schema) and push it out."""
         if self._writer is None:
             raise ValueError(f"{self.path}: the trace file is closed")
-        self._writer.write_batch(batch)
-        self._sink.flush()
+        with self._writing():
+            self._writer.write_batch(batch)
+            self._sink.flush()
 
     def close(self) -> None:
         """Flush and close the file (idempotent)."""
         if self._writer is None:
             return
         self.flush()
-        self._writer.close()
-        self._sink.close()
+        with self._writing():
+            self._writer.close()
+            self._sink.close()
         self._writer = None
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Raise what cannot be written to the file as a TraceFileError, and close the
+        file then: nothing more is written, and `close` has nothing left to do."""
+        try:
+            yield
+        except OSError as exc:
+            self._writer = None
+            with contextlib.suppress(OSError):
+                self._sink.close()
+            raise TraceFileError(f"{self.path}: {_reason(exc)}") from None
+
+
+def _reason(error: OSError) -> str:
+    """Why a file could not be written, as the system says it (pyarrow's own text
+    wraps that in a sentence of its own)."""
+    return os.strerror(error.errno) if error.errno else str(error)

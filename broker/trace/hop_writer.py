@@ -46,7 +46,7 @@ import pyarrow as pa
 from broker.messages import publish_summary
 from broker.protocol import ProtocolError, frame_starts
 from broker.publish_fields import publish_fields
-from broker.trace.arrow_writer import TraceWriter, without_pandas
+from broker.trace.arrow_writer import TraceFileError, TraceWriter, without_pandas
 from broker.trace.hop_trace import (
     BLOB_HEADER,
     BLOCKED,
@@ -349,30 +349,37 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     without_pandas()
     _yield_cpu()
-    writer = TraceWriter(args.path, HOPS, constants={"run_id": args.run_id, "broker": args.broker})
+    try:
+        _write_trace(args.path, args.run_id, args.broker)
+    except TraceFileError as exc:  # the disk is full, the file over a size limit...
+        # One line in the broker's log; the broker counts the rows not written as lost.
+        print(f"hop trace writer: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _write_trace(path: Path, run_id: str, broker: str) -> None:
+    """Say ready once the file is open, then write each blob of the input as one batch
+    and say how many rows the file holds; TraceFileError, saying after how many rows,
+    when the file cannot be written."""
+    writer = TraceWriter(path, HOPS, constants={"run_id": run_id, "broker": broker})
     report = _Progress(sys.stdout.buffer)
     report.say(WRITER_READY)
     links = Links()
     written = 0
     try:
-        try:
-            for blob in read_blobs(sys.stdin.buffer):
-                links.update(blob.names, blob.outcomes)
-                if blob.rows:
-                    batch = hop_batch(
-                        links, blob.reads, blob.rows, blob.frames, args.run_id, args.broker
-                    )
-                    writer.write_batch(batch)
-                    written += batch.num_rows
-                report.say(WRITER_WROTE.format(written).encode())
-        finally:
-            writer.close()
-    except OSError as exc:  # the disk is full, the file over a size limit...
-        # One line in the broker's log; the broker counts the rows not written as lost.
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)  # (pyarrow's is wordy)
-        print(f"hop trace writer: {args.path}: {reason} after {written} rows", file=sys.stderr)
-        return 1
-    return 0
+        for blob in read_blobs(sys.stdin.buffer):
+            links.update(blob.names, blob.outcomes)
+            if blob.rows:
+                batch = hop_batch(links, blob.reads, blob.rows, blob.frames, run_id, broker)
+                writer.write_batch(batch)
+                written += batch.num_rows
+            report.say(WRITER_WROTE.format(written).encode())
+        writer.close()
+    except TraceFileError as exc:
+        raise TraceFileError(f"{exc} after {written} rows") from None
+    finally:
+        writer.close()  # after any other error too: the file keeps the batches written
 
 
 class _Progress:
