@@ -1,13 +1,16 @@
 """The monitor layer's errors, in a module of their own so that the command line knows
 them without loading the commands: `InputError`, the input is wrong (a run folder, a
 workload file or an option's value the user can correct: `hop` exits 2 and names it);
-`ReplayError`, a replay could not run, and `SparkStartError`, Spark could not start
-(exit 1). Any other exception from this layer is
-a failure or a bug, never blamed on the user's input."""
+`ReplayError`, a replay could not run, `SparkStartError`, Spark could not start, and
+`OutputError`, a file of the output could not be written (exit 1). Any other exception
+from this layer is a failure or a bug, never blamed on the user's input."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -21,6 +24,24 @@ class ReplayError(RuntimeError):
 
 class SparkStartError(RuntimeError):
     """Spark could not start: a master that cannot be reached, a driver JVM that exits."""
+
+
+class OutputError(OSError):
+    """A file of the command's output could not be written (a full disk); the message
+    names the file and the system's reason."""
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """An OSError raised inside, as an OutputError naming `path`: Python's, pyarrow's
+    and Spark's errors of a write (`monitor.spark.jvm_io_failure`) do not name the file."""
+    try:
+        yield
+    except OutputError:
+        raise
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)  # (pyarrow's is wordy)
+        raise OutputError(f"{path}: cannot write it ({reason})") from None
 
 
 def check_number(value: float, what: str, *, positive: bool = False) -> float:

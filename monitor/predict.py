@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from monitor.carry import carried, check_trend
 from monitor.characterize import Characterization, characterize
-from monitor.errors import InputError, check_number
+from monitor.errors import InputError, check_number, writing
 from monitor.measured import in_window
 from monitor.model.network import Arrival, EventClass, Host, Network, Station, Tree
 from monitor.model.operational import Method, OperationalResult
@@ -387,8 +387,11 @@ def predict(
     )
     out = run_dir / "analysis"
     out.mkdir(exist_ok=True)
-    pq.write_table(table, local_path(out / "predictions.parquet"))
-    (out / "predictions_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    with writing(out / "predictions.parquet"):
+        pq.write_table(table, local_path(out / "predictions.parquet"))
+    with writing(out / "predictions_summary.json"):
+        text = json.dumps(summary, indent=2, default=str)
+        (out / "predictions_summary.json").write_text(text)
     summary["rows"] = table.num_rows
     return summary
 
@@ -448,7 +451,6 @@ def _write_samples(run_dir: Path, result: Any) -> None:
     ]
     out = run_dir / "analysis"
     out.mkdir(exist_ok=True)
-    pq.write_table(
-        pa.Table.from_pandas(pd.concat(frames), preserve_index=False),
-        local_path(out / "simulated_latency.parquet"),
-    )
+    table = pa.Table.from_pandas(pd.concat(frames), preserve_index=False)
+    with writing(out / "simulated_latency.parquet"):
+        pq.write_table(table, local_path(out / "simulated_latency.parquet"))

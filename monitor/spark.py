@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any
 from urllib.parse import urlparse
 
+from py4j.java_gateway import is_instance_of
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
@@ -220,6 +221,28 @@ def _reason(exc: Exception) -> str:
         except Exception:  # (the JVM gone meanwhile)
             pass
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+JAVA_CAUSES_MAX = 16
+"""How deep `jvm_io_failure` looks into a Java exception's causes."""
+
+
+def jvm_io_failure(spark: SparkSession, error: BaseException) -> OSError | None:
+    """The I/O failure behind an error the JVM raised (a table that could not be
+    written: a full disk, a folder that cannot be cleared), as an OSError with the
+    Java exception's message; None for any other error. py4j's error holds the Java
+    exception as `java_exception`, PySpark's own errors as `_origin`."""
+    java = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    try:
+        for _ in range(JAVA_CAUSES_MAX):
+            if java is None:
+                return None
+            if is_instance_of(spark.sparkContext._gateway, java, "java.io.IOException"):
+                return OSError(str(java.getMessage() or java.toString()))
+            java = java.getCause()
+    except Exception:  # (py4j's errors: the JVM gone meanwhile)
+        return None
+    return None
 
 
 @contextlib.contextmanager

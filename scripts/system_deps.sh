@@ -7,6 +7,7 @@
 #   iproute2 (ip)                       network namespaces, multi-host test capability netns
 #   chromium                            renders the report in a test       capability chromium
 #   valgrind                            cachegrind: bench.tracing_cache    capability valgrind
+#   e2fsprogs (chattr)                  an output folder that refuses files capability immutable_folders
 #   python3-venv                        `$PYTHON -m venv` for .venv/ (only while there is none)
 #
 # tests/capabilities.py probes the same tools when the tests run: a test whose tool is
@@ -36,6 +37,7 @@ have openssl || missing+=(openssl)
 have ip /usr/sbin/ip /sbin/ip || missing+=(iproute2)
 have chromium || have chromium-browser || missing+=(chromium)
 have valgrind || missing+=(valgrind)
+have chattr /usr/bin/chattr /bin/chattr || missing+=(e2fsprogs)
 if [ ! -x "$VENV/bin/python" ] && ! "$PYTHON" -c 'import ensurepip' >/dev/null 2>&1; then
   missing+=(python3-venv)
 fi

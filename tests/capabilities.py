@@ -28,6 +28,7 @@ import re
 import resource
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,6 +152,27 @@ def _procfs() -> str | None:
     return None
 
 
+def _immutable_folders() -> str | None:
+    """`chattr +i` makes a folder refuse new entries, even to root (an output that cannot
+    be written, without filling a disk)."""
+    if shutil.which("chattr") is None:
+        return "the `chattr` command (e2fsprogs) is not on PATH"
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "probe"
+        folder.mkdir()
+        made = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, timeout=10)
+        if made.returncode != 0:
+            return f"`chattr +i` failed here: {made.stderr.decode().strip()}"
+        try:
+            (folder / "x").touch()
+        except OSError:
+            return None
+        finally:
+            subprocess.run(["chattr", "-i", str(folder)], capture_output=True, timeout=10)
+        (folder / "x").unlink()
+        return "a folder with `chattr +i` still takes new files (run the tests as root)"
+
+
 def java_major() -> int:
     """The major version of `java` on PATH, 0 if there is none."""
     if shutil.which("java") is None:
@@ -202,6 +224,12 @@ CAPABILITIES: dict[str, Capability] = {
             "Spark",
             f"apt-get install openjdk-17-jre-headless; {DEPS}",
             _java,
+        ),
+        Capability(
+            "immutable_folders",
+            "an output folder that cannot be written",
+            f"run the tests as root on ext4, xfs or btrfs, with chattr (e2fsprogs); {DEPS}",
+            _immutable_folders,
         ),
         Capability("sched_idle", "idle-priority CPU spinners", "run on Linux", _sched_idle),
         Capability("procfs", "reading processes from /proc", "run on Linux", _procfs),

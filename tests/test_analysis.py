@@ -28,6 +28,7 @@ import pytest
 from broker.local_network import REPO
 from broker.trace.schema import DELIVERIES, HOPS, PUBLICATIONS
 from monitor.analysis import analyze, main
+from monitor.errors import OutputError
 from monitor.spark import C1_ONLY, C1_UP_TO_HOP_ROWS, jit_options, session_jit
 from monitor.traces import TraceError, read_table
 from tests.test_replay import run_replay, small_study
@@ -487,6 +488,41 @@ def test_hand_built_traces_give_the_worked_answers(
     assert_matches_reference(whole, "all")
     visits = keyed(whole, "visit_ratios")
     assert visits[(*cls, "3")]["visit_ratio_solved"] == pytest.approx(0.5)  # 3/4 * 2/3
+
+
+@pytest.mark.needs("immutable_folders")
+def test_a_table_that_cannot_be_written_is_named(spark: Any, tmp_path: Path) -> None:
+    """As on a full disk: the JVM's error of the write, named by the table's file."""
+    run = write_run(tmp_path / "run", EVENTS)
+    analysis = run / "analysis"
+    (analysis / "staged_traces").mkdir(parents=True)  # staging writes inside it
+    subprocess.run(["chattr", "+i", str(analysis)], check=True, timeout=10)
+    try:
+        with pytest.raises(OutputError) as refused:
+            analyze(run, spark=spark)
+    finally:
+        subprocess.run(["chattr", "-i", str(analysis)], check=True, timeout=10)
+    said = str(refused.value)
+    assert said.startswith(f"{analysis / 'routing_probabilities.parquet'}: cannot write it (")
+    assert said.count("\n") == 0
+    outputs = [p.name for p in analysis.iterdir()]
+    assert outputs == ["staged_traces"]  # nothing else could be made
+
+
+@pytest.mark.needs("immutable_folders")
+def test_an_old_table_that_cannot_be_removed_is_named(spark: Any, tmp_path: Path) -> None:
+    """Spark's own clearing of the last analysis's table would say only that it failed."""
+    run = write_run(tmp_path / "run", EVENTS)
+    stale = run / "analysis" / "trees.parquet"
+    stale.mkdir(parents=True)
+    (stale / "part-0.parquet").write_bytes(b"old")
+    subprocess.run(["chattr", "+i", str(stale)], check=True, timeout=10)  # (root too)
+    try:
+        with pytest.raises(OutputError) as refused:
+            analyze(run, spark=spark)
+    finally:
+        subprocess.run(["chattr", "-i", str(stale)], check=True, timeout=10)
+    assert str(refused.value) == f"{stale}: cannot write it (Operation not permitted)"
 
 
 def test_truncated_trace_keeps_complete_batches_and_warns(spark: Any, tmp_path: Path) -> None:

@@ -168,6 +168,17 @@ def test_hop_report_names_the_case_study_and_its_brokers(specjms_predicted: Path
     assert rows[2:] == [str(b) for b in range(1, 19)]  # header, rule, then every broker
 
 
+def test_a_report_that_cannot_be_written_is_named(specjms_predicted: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(specjms_predicted, run)
+    (run / "report.html").unlink(missing_ok=True)
+    (run / "report.html").mkdir()  # in the way of the file
+    result = hop("report", str(run), timeout=120)
+    assert result.returncode == 1
+    said = f"hop report: {run / 'report.html'}: cannot write it (Is a directory)"
+    assert result.stderr.splitlines()[-1] == said
+
+
 def _throughputs(run: Path, *options: str) -> dict[str, float]:
     """`hop predict RUN --method mm1 OPTIONS...`: the predicted events/s per broker."""
     _ok(hop("predict", str(run), "--method", "mm1", *options, timeout=120))

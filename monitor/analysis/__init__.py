@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shutil
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -60,8 +61,15 @@ from monitor.analysis import queries
 from monitor.analysis.staging import stage_traces
 from monitor.analysis.visits import ClassRouting, solve_visit_ratios
 from monitor.analysis.window import WINDOWS, Window, run_window
+from monitor.errors import writing
 from monitor.runfiles import local_path
-from monitor.spark import jit_options, session_jit, spark_session, stopped_at_end
+from monitor.spark import (
+    jit_options,
+    jvm_io_failure,
+    session_jit,
+    spark_session,
+    stopped_at_end,
+)
 from monitor.spark_master import master_url
 from monitor.traces import TraceError
 
@@ -137,8 +145,24 @@ def analyze(
         "problems": staged.problems,
         "timings": {**timings, "total_s": round(time.perf_counter() - started, 3)},
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    with writing(out / "summary.json"):
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _write_table(spark: SparkSession, df: DataFrame, out: Path, name: str) -> None:
+    """`df` as OUT/NAME.parquet; OutputError naming it when the JVM cannot write it."""
+    path = out / f"{name}.parquet"
+    with writing(path):
+        if path.is_dir():  # the last analysis's: Spark would not say why it cannot clear it
+            shutil.rmtree(path)
+        try:
+            df.write.mode("overwrite").parquet(local_path(path))
+        except Exception as exc:  # (py4j's and PySpark's errors share no base but this)
+            failure = jvm_io_failure(spark, exc)
+            if failure is None:
+                raise
+            raise failure from None
 
 
 def _write_tables(
@@ -159,9 +183,7 @@ def _write_tables(
         say(f"counted routing decisions and solved the visit ratios ({timings['solve_s']} s)")
         for name, df in tables.items():
             t = time.perf_counter()
-            df.repartition(1).sortWithinPartitions(*SORT[name]).write.mode("overwrite").parquet(
-                local_path(out / f"{name}.parquet")
-            )
+            _write_table(spark, df.repartition(1).sortWithinPartitions(*SORT[name]), out, name)
             timings[f"{name}_s"] = round(time.perf_counter() - t, 3)
             say(f"wrote {name}.parquet ({timings[f'{name}_s']} s)")
     except BaseException:

@@ -32,6 +32,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from broker.trace.schema import SCHEMAS
+from monitor.errors import writing
 from monitor.runfiles import local_path
 from monitor.traces import TraceError, read_file, trace_files
 
@@ -80,8 +81,10 @@ def stage_traces(run_dir: Path, root: Path) -> Staged:
         raise TraceError(f"{run_dir / 'traces'}: no complete hop rows in any hops file")
     for table in TABLES:
         if staged.rows[table] == 0:  # still a table Spark can read, with no rows
-            (root / table).mkdir(parents=True, exist_ok=True)
-            pq.write_table(SCHEMAS[table].empty_table(), local_path(root / table / "empty.parquet"))
+            with writing(root / table):
+                (root / table).mkdir(parents=True, exist_ok=True)
+                empty = SCHEMAS[table].empty_table()
+                pq.write_table(empty, local_path(root / table / "empty.parquet"))
     return staged
 
 
@@ -91,17 +94,18 @@ def _convert(table: str, path: Path, root: Path) -> tuple[int, str | None]:
     data = pa.Table.from_batches(batches, schema=SCHEMAS[table])
     if not data.num_rows:
         return 0, problem
-    if table == "hops":
-        ds.write_dataset(
-            data,
-            local_path(root / table),
-            format="parquet",
-            partitioning=["broker"],
-            partitioning_flavor="hive",
-            basename_template=f"{path.stem}-{{i}}.parquet",
-            existing_data_behavior="overwrite_or_ignore",
-        )
-    else:
-        (root / table).mkdir(parents=True, exist_ok=True)
-        pq.write_table(data, local_path(root / table / f"{path.stem}.parquet"))
+    with writing(root / table):
+        if table == "hops":
+            ds.write_dataset(
+                data,
+                local_path(root / table),
+                format="parquet",
+                partitioning=["broker"],
+                partitioning_flavor="hive",
+                basename_template=f"{path.stem}-{{i}}.parquet",
+                existing_data_behavior="overwrite_or_ignore",
+            )
+        else:
+            (root / table).mkdir(parents=True, exist_ok=True)
+            pq.write_table(data, local_path(root / table / f"{path.stem}.parquet"))
     return data.num_rows, problem

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from monitor.errors import writing
 from monitor.report.comparison import compare, measurement_of
 from monitor.report.inputs import (
     SIMULATED,
@@ -140,6 +141,8 @@ def render(run_dir: Path) -> tuple[Path, Path, str]:
         f"<body>{''.join(body)}</body></html>"
     )
     html_path, md_path = run_dir / "report.html", run_dir / "report.md"
-    html_path.write_text(page)
-    md_path.write_text("\n".join(md) + "\n")
+    with writing(html_path):
+        html_path.write_text(page)
+    with writing(md_path):
+        md_path.write_text("\n".join(md) + "\n")
     return html_path, md_path, sentence
