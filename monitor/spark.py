@@ -26,7 +26,6 @@ from types import FrameType
 from typing import Any
 from urllib.parse import urlparse
 
-from py4j.java_gateway import is_instance_of
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
@@ -233,11 +232,15 @@ def jvm_io_failure(spark: SparkSession, error: BaseException) -> OSError | None:
     Java exception's message; None for any other error. py4j's error holds the Java
     exception as `java_exception`, PySpark's own errors as `_origin`."""
     java = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    jvm = spark.sparkContext._jvm
+    if java is None or jvm is None:
+        return None
     try:
+        io_exception = jvm.java.lang.Class.forName("java.io.IOException")
         for _ in range(JAVA_CAUSES_MAX):
             if java is None:
                 return None
-            if is_instance_of(spark.sparkContext._gateway, java, "java.io.IOException"):
+            if io_exception.isInstance(java):
                 return OSError(str(java.getMessage() or java.toString()))
             java = java.getCause()
     except Exception:  # (py4j's errors: the JVM gone meanwhile)
