@@ -53,6 +53,14 @@ def end(batch: int, t: int) -> list[Any]:
     return [MARK, batch, t]
 
 
+def one_event_blob() -> bytes:
+    """A blob as the broker ships it to its writer: one read of one event, p:1."""
+    frames = publish(1)
+    meta = marshal.dumps(({}, {1: ()}, [(("client:p", 1, 1, 10, 0, 0), len(frames), 1, end(1, 9))]))
+    rows = event(5, 1)
+    return BLOB_HEADER.pack(len(meta), len(rows)) + meta + rows + frames
+
+
 def recorded(tmp_path: Path, recorder: HopRecorder) -> dict[str, dict[str, Any]]:
     assert recorder.close() == 0
     table = read_table(tmp_path, "hops").table
@@ -185,10 +193,7 @@ def test_a_writer_whose_broker_stopped_listening_still_writes_the_file(tmp_path:
     assert writer.stdout is not None and writer.stdin is not None
     assert writer.stdout.readline() == WRITER_READY
     writer.stdout.close()
-    frames = publish(1)
-    meta = marshal.dumps(({}, {1: ()}, [(("client:p", 1, 1, 10, 0, 0), len(frames), 1, end(1, 9))]))
-    rows = event(5, 1)
-    blob = BLOB_HEADER.pack(len(meta), len(rows)) + meta + rows + frames
+    blob = one_event_blob()
     writer.stdin.write(blob * 3)
     writer.stdin.close()
     assert writer.wait(60) == 0
@@ -220,10 +225,7 @@ def test_blobs_over_the_queue_budget_are_lost_and_counted(tmp_path: Path) -> Non
 def test_writer_keeps_whole_blobs_of_a_cut_input(tmp_path: Path) -> None:
     """A broker killed while shipping: the writer writes what came whole, and ends."""
     path = tmp_path / "traces" / "hops-broker1-1.arrow"
-    frames = publish(1)
-    meta = marshal.dumps(({}, {1: ()}, [(("client:p", 1, 1, 10, 0, 0), len(frames), 1, end(1, 9))]))
-    rows = event(5, 1)
-    blob = BLOB_HEADER.pack(len(meta), len(rows)) + meta + rows + frames
+    blob = one_event_blob()
     done = subprocess.run(
         [sys.executable, "-m", "broker.trace.hop_writer", str(path), "run", "1"],
         input=blob + blob[:-10],
@@ -300,10 +302,7 @@ def _file_limited() -> None:
 
 def test_a_writer_that_cannot_write_its_file_says_so_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "traces" / "hops-broker1-1.arrow"
-    frames = publish(1)
-    meta = marshal.dumps(({}, {1: ()}, [(("client:p", 1, 1, 10, 0, 0), len(frames), 1, end(1, 9))]))
-    rows = event(5, 1)
-    blob = BLOB_HEADER.pack(len(meta), len(rows)) + meta + rows + frames
+    blob = one_event_blob()
     done = subprocess.run(
         [sys.executable, "-m", "broker.trace.hop_writer", str(path), "run", "1"],
         input=blob * 500,  # some 500 KB of Arrow batches

@@ -243,11 +243,11 @@ def test_a_case_study_naming_no_files_is_copied_as_it_is(tmp_path: Path) -> None
     assert (tmp_path / "copy.toml").read_bytes() == path.read_bytes()
 
 
-def _files_up_to_24_kb() -> None:
+def files_up_to(kb: int) -> Callable[[], None]:
     """A limit on the size of every file the replay's processes write (inherited by the
-    brokers and their trace writers), as a disk that fills up: a busy broker's trace
-    outgrows it (some 30 KB here), the manifest and the clients' traces do not."""
-    resource.setrlimit(resource.RLIMIT_FSIZE, (24 << 10, 24 << 10))
+    brokers and their trace writers), set in the child before it runs: as a disk that
+    fills up, for the files that outgrow it."""
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (kb << 10, kb << 10))
 
 
 def test_a_replay_whose_brokers_could_not_write_their_traces_fails_saying_so(
@@ -255,7 +255,9 @@ def test_a_replay_whose_brokers_could_not_write_their_traces_fails_saying_so(
 ) -> None:
     path, _ = small_study(tmp_path, "hierarchical")
     out = tmp_path / "run"
-    result = run_replay(path, out, preexec_fn=_files_up_to_24_kb)
+    # A busy broker's trace outgrows 24 KB (some 30 KB here); the manifest and the
+    # clients' traces do not.
+    result = run_replay(path, out, preexec_fn=files_up_to(24))
     assert result.returncode == 1, result.stderr[-3000:]
     assert "hop replay: brokers' traces incomplete (broker 1: " in result.stderr
     assert "rows in its file" in result.stderr and "their trace writers failed" in result.stderr
@@ -265,17 +267,12 @@ def test_a_replay_whose_brokers_could_not_write_their_traces_fails_saying_so(
     assert "Traceback" not in logs
 
 
-def _files_up_to_8_kb() -> None:
-    """As `_files_up_to_24_kb`, smaller: a subscriber's deliveries trace outgrows it."""
-    resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 10, 8 << 10))
-
-
 def test_a_client_process_that_cannot_write_its_trace_ends_the_replay_in_one_line(
     tmp_path: Path,
 ) -> None:
     path, _ = small_study(tmp_path, "hierarchical")
     out = tmp_path / "run"
-    result = run_replay(path, out, preexec_fn=_files_up_to_8_kb)
+    result = run_replay(path, out, preexec_fn=files_up_to(8))  # a subscriber's trace outgrows it
     assert result.returncode == 1, result.stderr[-3000:]
     said = result.stderr.splitlines()[-1]
     assert " ended unexpectedly (exit code 1, " in said
