@@ -270,9 +270,9 @@ def build_network(char: Characterization, target: Target) -> Network:
         stations,
         [host],
         classes,
-        link_delay_ns=char.link_delay_ns,
-        publish_delay_ns=char.publish_delay_ns,
-        deliver_delay_ns=char.deliver_delay_ns,
+        link_delay_ns=_pooled(char.link_delay_ns),
+        publish_delay_ns=_pooled(char.publish_delay_ns),
+        deliver_delay_ns=_pooled(char.deliver_delay_ns),
         link_delays_ns=_keyed(char.link_delay_ns, [char.link_sender, char.link_broker]),
         publish_delays_ns=_keyed(char.publish_delay_ns, [char.publish_broker]),
         deliver_delays_ns={
@@ -280,6 +280,13 @@ def build_network(char: Characterization, target: Target) -> Network:
             **_keyed(char.deliver_delay_ns, [char.deliver_publisher, char.deliver_subscriber]),
         },
     )
+
+
+def _pooled(samples: np.ndarray) -> np.ndarray | float:
+    """A delay's samples over the run, or 0 where the run has none: no event crossed a
+    link (every client at one broker) or reached a subscriber (no filter matched), and
+    then no tree of the model, drawn from the same events, takes that step."""
+    return samples if len(samples) else 0.0
 
 
 def measured_values(char: Characterization) -> dict[tuple[str, str, str], float]:

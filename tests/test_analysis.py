@@ -10,11 +10,13 @@ Spark standalone cluster started on loopback.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import subprocess
 import sys
+import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +31,12 @@ from broker.local_network import REPO
 from broker.trace.schema import DELIVERIES, HOPS, PUBLICATIONS
 from monitor.analysis import analyze, main
 from monitor.errors import OutputError
+from monitor.predict import predict
+from monitor.report import render
 from monitor.spark import C1_ONLY, C1_UP_TO_HOP_ROWS, jit_options, session_jit
 from monitor.traces import TraceError, read_table
 from tests.test_replay import run_replay, small_study
+from topologies import to_toml
 
 S = 1_800_000_000 * 10**9  # the measurement window: [S, E)
 E = S + 10 * 10**9
@@ -596,6 +601,34 @@ def test_replay_hierarchical(spark: Any, tmp_path: Path) -> None:
     for row in output(run, "paths"):
         home, target = int(row["path"][0]), int(row["subscriber_broker"])
         assert row["path"] == [str(b) for b in topology.tree_path(home, target)]
+
+
+def test_a_run_whose_events_cross_no_link_and_reach_no_one_is_predicted_and_reported(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Every client at the root broker, no filter matching: the model has no link or
+    delivery delay to draw, and needs none; throughput is still predicted."""
+    path, study = small_study(tmp_path, "hierarchical")
+    publishers = {p: dataclasses.replace(s, broker=1) for p, s in study.publishers.items()}
+    subscribers = {
+        s: dataclasses.replace(spec, broker=1, filters=("family = 999",))
+        for s, spec in study.subscribers.items()
+    }
+    study = dataclasses.replace(study, publishers=publishers, subscribers=subscribers)
+    path.write_text(to_toml(study))
+    run = tmp_path / "run"
+    result = run_replay(path, run)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "delivered 0 of 0 expected" in result.stdout
+    analyze(run, spark=spark)
+    summary = predict(run, methods=("mm1", "sim"), max_wall_s=2.0)
+    rows = pq.read_table(run / "analysis" / "predictions.parquet").to_pylist()
+    assert {r["kind"] for r in rows} == {"broker"}  # no pair to predict a latency for
+    assert {r["entity"] for r in rows if r["method"] == "sim"} == {"1"}
+    assert summary["rows"] == len(rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's, of an empty heatmap
+        render(run)
 
 
 @pytest.mark.integration
