@@ -32,11 +32,12 @@ from monitor.repeats import (
 from monitor.report import ReportError, render
 from monitor.report.comparison import compare
 from monitor.report.figures import figure_topology
-from monitor.report.inputs import TABLES, Layout, Run, other_load, trace_findings
+from monitor.report.inputs import TABLES, Layout, Run, other_load, saturation, trace_findings
 from monitor.report.text import (
     HostLoadSummary,
     percent_text,
     predictions_section,
+    saturation_sentence,
     simulation_rows,
     summary_sentence,
 )
@@ -531,6 +532,27 @@ def test_predictions_are_compared_only_with_a_measurement_of_their_load(tmp_path
     assert validated("again", 27.0, double) == (27.0, 45.0)
     scaled = {**by_validate, "rate_scale": 2 / 0.3, "measured_rates": True}
     assert validated("scaled", 95.0, scaled) == (95.0, 45.0)
+
+
+def test_the_summary_says_when_the_model_finds_the_host_saturated(tmp_path: Path) -> None:
+    def layout(name: str, methods: dict[str, Any] | None) -> Layout:
+        path = tmp_path / name
+        (path / "analysis").mkdir(parents=True)
+        if methods is not None:
+            summary = json.dumps({"methods": methods})
+            (path / "analysis" / "predictions_summary.json").write_text(summary)
+        return Layout([path], [[]], [path])
+
+    full = {"bottleneck": "3", "saturated_hosts": ["host"]}
+    assert saturation(layout("both", {"mm1": full, "sim": full})) == "3"
+    assert saturation(layout("sim", {"mm1": {"bottleneck": "1"}, "sim": full})) == "3"
+    assert saturation(layout("neither", {"mm1": {**full, "saturated_hosts": []}})) is None
+    assert saturation(layout("unpredicted", None)) is None
+    with pytest.raises(ReportError, match="methods.mm1.saturated_hosts must be a list"):
+        saturation(layout("bad", {"mm1": {**full, "saturated_hosts": "host"}}))
+    assert "saturated (bottleneck: broker 3): M/M/1 has no steady state" in (
+        saturation_sentence("3")
+    )
 
 
 def test_the_header_says_how_each_repetitions_simulation_ended(tmp_path: Path) -> None:

@@ -629,6 +629,9 @@ def test_a_run_whose_events_cross_no_link_and_reach_no_one_is_predicted_and_repo
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # matplotlib's, of an empty heatmap
         render(run)
+    predict(run, rate_scale=1e6, methods=("mm1",))  # far beyond what a host can carry
+    _, _, sentence = render(run)
+    assert "the model finds the host's CPU saturated (bottleneck: broker 1)" in sentence
 
 
 @pytest.mark.integration

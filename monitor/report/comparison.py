@@ -12,6 +12,7 @@ import pandas as pd
 
 from monitor.measured import in_window
 from monitor.repeats import inside, measured_summary, predicted_summary
+from monitor.report.inputs import SHOWN_METHODS
 
 
 @dataclass
@@ -64,7 +65,7 @@ def compare(
         measured_summary([m[1] for m in measurements]), on="entity", how="left"
     )
     # The report shows the thesis' method and the simulation; mm1-ps stays in the Parquet.
-    methods = [m for m in ("mm1", "sim") if any(m in set(p["method"]) for p in predictions)]
+    methods = [m for m in SHOWN_METHODS if any(m in set(p["method"]) for p in predictions)]
     frames = {"throughput": throughput, "latency": latency}
     for name, (kind, metric, key) in {
         "throughput": ("broker", "throughput", "broker"),

@@ -11,7 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from monitor.report.comparison import Comparison, natural_order
-from monitor.report.inputs import ReportError, Run
+from monitor.report.inputs import SHOWN_METHODS, ReportError, Run
 from monitor.traces import read_table
 from topologies import TopologyError, load_topology
 
@@ -149,7 +149,7 @@ def figure_scatter(comparison: Comparison) -> str:
     lat = comparison.latency
     fig, ax = _figure((5, 4.5))
     top = float(lat["measured"].max()) if len(lat) else 1.0
-    for method in ("mm1", "sim"):
+    for method in SHOWN_METHODS:
         if method in lat:
             ax.scatter(lat["measured"], lat[method], s=14, label=method)
             top = max(top, float(lat[method].max()))

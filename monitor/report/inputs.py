@@ -91,6 +91,10 @@ def _simulation_end(name: str, value: Any) -> str | None:
     return _SIMULATION_END(name, value)
 
 
+SHOWN_METHODS = ("mm1", "sim")
+"""The methods the report shows: the thesis' and the simulation (mm1-ps stays in the
+Parquet)."""
+
 SUMMARY_FIELDS = {  # `hop analyze`'s summary.json: what it could not read or reconcile
     "problems": Field(list_of(TEXT), optional=True),
     "warnings": Field(list_of(TEXT), optional=True),
@@ -115,6 +119,11 @@ PREDICTION_FIELDS = {  # `hop predict`'s predictions_summary.json (`monitor.pred
     ),
     "methods": Field(table_of(TABLE)),
     "methods.sim": Field(_simulation_end, optional=True),
+    **{
+        f"methods.{method}.{key}": Field(check, optional=True)
+        for method in SHOWN_METHODS
+        for key, check in (("saturated_hosts", list_of(TEXT)), ("bottleneck", TEXT))
+    },
     "other_runs": Field(list_of(TEXT), optional=True),
 }
 
@@ -285,6 +294,22 @@ def other_load(layout: Layout) -> tuple[float, float] | None:
             )
         if not same:
             return target, rate
+    return None
+
+
+def saturation(layout: Layout) -> str | None:
+    """The bottleneck broker when the model found the host's CPU saturated at the
+    target load (by a method the report shows, in any repetition); None when it did
+    not, or a summary does not say."""
+    fields = [
+        f"methods.{m}.{key}" for m in SHOWN_METHODS for key in ("saturated_hosts", "bottleneck")
+    ]
+    for calibration in layout.calibrations:
+        summary = prediction_summary(calibration, fields)
+        for method in SHOWN_METHODS:
+            found = (summary or {}).get("methods", {}).get(method) or {}
+            if found.get("saturated_hosts"):
+                return str(found.get("bottleneck", "unknown"))
     return None
 
 

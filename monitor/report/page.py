@@ -21,6 +21,7 @@ from monitor.report.inputs import (
     predict_again,
     predictions_of,
     run_manifest,
+    saturation,
     trace_findings,
 )
 from monitor.report.text import (
@@ -31,6 +32,7 @@ from monitor.report.text import (
     header_rows,
     other_load_sentence,
     predictions_section,
+    saturation_sentence,
     simulation_rows,
     summary_sentence,
 )
@@ -106,6 +108,9 @@ def render(run_dir: Path) -> tuple[Path, Path, str]:
         sentence = other_load_sentence(*elsewhere)
         sections = build_sections(measured, None, None, load)
         sections.insert(1, predictions_section(predictions[0], elsewhere[0]))
+    bottleneck = saturation(layout)
+    if bottleneck is not None:
+        sentence += saturation_sentence(bottleneck)
     if findings is not None:
         sentence += (
             f" The analysis could not read or reconcile every trace ({len(findings)} "

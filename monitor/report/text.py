@@ -20,7 +20,7 @@ from monitor.report.figures import (
     figure_topology,
     figure_visit_ratios,
 )
-from monitor.report.inputs import Layout, Run, prediction_summary
+from monitor.report.inputs import SHOWN_METHODS, Layout, Run, prediction_summary
 
 THESIS = {  # worst relative errors of the thesis' Tables 6.1/6.2 (its section 6.1.3)
     "throughput": {"s1": 1.95, "s2": 0.81},
@@ -336,6 +336,15 @@ def header_rows(
     return pd.DataFrame(rows, columns=["", "value"])
 
 
+def saturation_sentence(bottleneck: str) -> str:
+    return (
+        f" At the predicted load the model finds the host's CPU saturated (bottleneck: "
+        f"broker {bottleneck}): M/M/1 has no steady state there (its throughput is the "
+        "offered load, its latencies are left blank), and the simulation's figures are "
+        "those of an overloaded network, which grow the longer it runs."
+    )
+
+
 def other_load_sentence(target: float, rate: float) -> str:
     return (
         f"Predictions for {target:.1f} events/s beside a run measured at {rate:.1f} events/s: "
@@ -349,7 +358,7 @@ def predictions_section(predictions: pd.DataFrame | None, target: float) -> Sect
     that was not measured."""
     rows = []
     if predictions is not None:
-        shown = predictions[predictions["method"].isin(["mm1", "sim"])]
+        shown = predictions[predictions["method"].isin(SHOWN_METHODS)]
         for kind, metric, name in (
             ("broker", "throughput", "throughput (events/s)"),
             ("pair", "latency_ms", "mean latency (ms)"),
