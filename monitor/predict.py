@@ -97,6 +97,11 @@ def target_workload(
     if measured_rates:
         if study_file is not None or scenario is not None:
             raise InputError("measured rates are the run's own: give no case study or scenario")
+        if not any(rate > 0 for rate in char.rates.values()):
+            raise InputError(
+                f"{char.run_dir}: its publishers published nothing in the measurement "
+                "window: there are no measured rates to predict for"
+            )
         rates = finite_rates({p: r * rate_scale for p, r in char.rates.items()}, rate_scale)
         return Target(rates, arrivals, same_as_run=rate_scale == 1.0)
     manifest = check_manifest(char.manifest, char.run_dir, ("rates",))
@@ -104,6 +109,9 @@ def target_workload(
     if study_file is None and scenario is None and rate_scale == 1.0:
         return Target(run_rates, arrivals, same_as_run=True)
     raw = study.rates_for(scenario)
+    if not any(rate > 0 for rate in raw.values()):
+        where = f"{study_file or run_file}" + (f", scenario {scenario!r}" if scenario else "")
+        raise InputError(f"{where}: every publisher's rate is 0: there is nothing to predict")
     rates = finite_rates({publisher_name(k): v * rate_scale for k, v in raw.items()}, rate_scale)
     same = rates.keys() == run_rates.keys() and all(
         abs(rates[p] - v) < 1e-9 * max(1.0, v) for p, v in run_rates.items()

@@ -25,7 +25,7 @@ from monitor.predict import (
 )
 from monitor.warmth import matched
 from tests.test_carry import run
-from topologies import PublisherSpec, load_case_study, study_path, to_toml
+from topologies import PublisherSpec, Scenario, load_case_study, study_path, to_toml
 
 TREE = ((("1", "2"),), (("2", ("sub1",)),))  # pub1 at broker 1, forwarded to 2, delivered
 
@@ -161,6 +161,22 @@ def test_a_rate_scale_that_makes_the_rates_infinite_is_refused(
     char = tree7_run(tmp_path, {"rates": RATES})
     with pytest.raises(InputError, match=r"rate scale 1e\+308 is too large"):
         target_workload(char, None, None, 1e308, measured_rates)
+
+
+def test_a_workload_that_publishes_nothing_is_refused(tmp_path: Path) -> None:
+    """A simulation of no events has nothing to say: the user's scenario is named."""
+    char = tree7_run(tmp_path, {"rates": RATES})
+    study = load_case_study(TREE7)
+    off = Scenario("off", 1.0, {p: 0.0 for p in study.publishers})
+    workload = tmp_path / "off.toml"
+    workload.write_text(to_toml(dataclasses.replace(study, scenarios={"off": off})))
+    with pytest.raises(InputError) as refused:
+        target_workload(char, workload, "off")
+    said = f"{workload}, scenario 'off': every publisher's rate is 0: there is nothing to predict"
+    assert str(refused.value) == said
+    silent = dataclasses.replace(char, rates={p: 0.0 for p in char.rates})
+    with pytest.raises(InputError, match="its publishers published nothing in the measurement"):
+        target_workload(silent, None, None, measured_rates=True)
 
 
 def test_an_unknown_trend_is_refused_without_other_runs(tmp_path: Path) -> None:
