@@ -26,6 +26,7 @@ benchmark", Table 5):
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -39,8 +40,10 @@ class EventGenerator:
     """Events and inter-arrival times of one publisher."""
 
     def __init__(self, workload: Workload, publisher: PublisherSpec, rate: float) -> None:
-        if rate <= 0:
-            raise ValueError(f"publisher {publisher.id}: rate must be positive, got {rate}")
+        """`rate` events/s; 0 is a publisher that publishes nothing (a scenario may turn
+        one off), whose first event never comes."""
+        if not 0 <= rate < math.inf:
+            raise ValueError(f"publisher {publisher.id}: rate must be finite and at least 0")
         self.workload = workload
         self.publisher = publisher
         self.rate = rate
@@ -51,6 +54,8 @@ class EventGenerator:
 
     def interarrival_s(self) -> float:
         """Seconds until the next publication (Poisson or constant arrivals)."""
+        if self.rate == 0:
+            return math.inf
         if self.publisher.arrival == "constant":
             return 1.0 / self.rate
         return self.rng.expovariate(self.rate)

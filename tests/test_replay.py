@@ -279,3 +279,16 @@ def test_a_client_process_that_cannot_write_its_trace_ends_the_replay_in_one_lin
     assert "; its log ends: hop client process: " in said
     assert ".arrow: File too large (what was recorded is in " in said
     assert "Traceback" not in said
+
+
+def test_a_publisher_at_rate_0_connects_and_publishes_nothing(tmp_path: Path) -> None:
+    """As a scenario turns one off: the others publish, and the run is whole."""
+    path, study = small_study(tmp_path, "hierarchical")
+    publishers = {**study.publishers, 1: dataclasses.replace(study.publishers[1], rate=0.0)}
+    path.write_text(to_toml(dataclasses.replace(study, publishers=publishers)))
+    out = tmp_path / "run"
+    result = run_replay(path, out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "lost 0, unexpected 0" in result.stdout
+    published = Counter(read_table(out, "publications").table.column("publisher").to_pylist())
+    assert published["pub1"] == 0 and min(published[f"pub{p}"] for p in (2, 3, 4)) > 0
