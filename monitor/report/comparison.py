@@ -64,7 +64,6 @@ def compare(
     latency = info[["publisher", "subscriber", "entity", "deliveries", "hops"]].merge(
         measured_summary([m[1] for m in measurements]), on="entity", how="left"
     )
-    # The report shows the thesis' method and the simulation; mm1-ps stays in the Parquet.
     methods = [m for m in SHOWN_METHODS if any(m in set(p["method"]) for p in predictions)]
     frames = {"throughput": throughput, "latency": latency}
     for name, (kind, metric, key) in {
