@@ -46,11 +46,23 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # hide the start-up warnings). PySpark's JVM counts as an interactive shell, whose
 # level Spark takes from the logger of its entry point, the Python gateway (WARN unless
 # configured, announced on stderr with "Setting default log level"): configured here,
-# at the root's level.
+# at the root's level. A task that fails is logged, with its stack trace, by each of
+# the loggers turned off below as the failure passes through it, and is then raised to
+# the driver as the job's error, which `hop` reports (a table that cannot be written
+# for want of space, in one line): their logs only repeat it, some 180 lines for one
+# failed write.
 _LOG4J2 = """\
 rootLogger.level = error
 logger.repl.name = org.apache.spark.api.python.PythonGatewayServer
 logger.repl.level = error
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = off
+logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasks.level = off
+logger.writer.name = org.apache.spark.sql.execution.datasources.FileFormatWriter
+logger.writer.level = off
+logger.abort.name = org.apache.spark.util.Utils
+logger.abort.level = off
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console

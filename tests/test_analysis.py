@@ -29,6 +29,7 @@ import pytest
 
 from broker.local_network import REPO
 from broker.trace.schema import DELIVERIES, HOPS, PUBLICATIONS
+from hop.command import run_hop
 from monitor.analysis import analyze, main
 from monitor.errors import OutputError
 from monitor.predict import predict
@@ -512,6 +513,28 @@ def test_a_table_that_cannot_be_written_is_named(spark: Any, tmp_path: Path) -> 
     assert said.count("\n") == 0
     outputs = [p.name for p in analysis.iterdir()]
     assert outputs == ["staged_traces"]  # nothing else could be made
+
+
+@pytest.mark.needs("immutable_folders", "java")
+def test_hop_analyze_names_a_table_it_cannot_write_without_the_jvms_stack_traces(
+    tmp_path: Path,
+) -> None:
+    """Not after the JVM's log of the failed task, with its stack trace at each step
+    (some 180 lines): `monitor.spark` turns those loggers off. Hadoop's committer may
+    say in a line of its own what it could not make."""
+    run = write_run(tmp_path / "run", EVENTS)
+    analysis = run / "analysis"
+    (analysis / "staged_traces").mkdir(parents=True)
+    subprocess.run(["chattr", "+i", str(analysis)], check=True, timeout=10)
+    try:
+        result = run_hop("analyze", str(run), "--quiet", timeout=300)
+    finally:
+        subprocess.run(["chattr", "-i", str(analysis)], check=True, timeout=10)
+    assert result.returncode == 1
+    said = [line for line in result.stderr.splitlines() if "incubator modules" not in line]
+    table = analysis / "routing_probabilities.parquet"
+    assert said[-1].startswith(f"hop analyze: {table}: cannot write it ("), said
+    assert len(said) <= 2 and not any(line.startswith("\tat ") for line in said), said
 
 
 @pytest.mark.needs("immutable_folders")
