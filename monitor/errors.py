@@ -44,6 +44,13 @@ def writing(path: Path) -> Iterator[None]:
         raise OutputError(f"{path}: cannot write it ({reason})") from None
 
 
+def write_output(path: Path, text: str) -> None:
+    """Write `text` to the output file `path`; OutputError naming it when it cannot be
+    written."""
+    with writing(path):
+        path.write_text(text)
+
+
 def check_number(value: float, what: str, *, positive: bool = False) -> float:
     """``value`` if it is finite and at least 0 (more than 0 if ``positive``), else an
     InputError naming ``what`` (as the user wrote it: an option, a setting)."""

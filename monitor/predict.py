@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from monitor.carry import carried, check_trend
 from monitor.characterize import Characterization, characterize
-from monitor.errors import InputError, check_number, writing
+from monitor.errors import InputError, check_number, write_output, writing
 from monitor.measured import in_window
 from monitor.model.network import Arrival, EventClass, Host, Network, Station, Tree
 from monitor.model.operational import Method, OperationalResult
@@ -404,9 +404,7 @@ def predict(
     out.mkdir(exist_ok=True)
     with writing(out / "predictions.parquet"):
         pq.write_table(table, local_path(out / "predictions.parquet"))
-    with writing(out / "predictions_summary.json"):
-        text = json.dumps(summary, indent=2, default=str)
-        (out / "predictions_summary.json").write_text(text)
+    write_output(out / "predictions_summary.json", json.dumps(summary, indent=2, default=str))
     summary["rows"] = table.num_rows
     return summary
 

@@ -34,10 +34,11 @@ from broker.probe import clock_offset, fetch_stats
 from broker.process import BrokerProcesses
 from broker.protocol import ProtocolError
 from broker.security import ClientCredentials
+from broker.trace.files import trace_owner
 from broker.trace.schema import TRACE_VERSION
 from monitor.coordinate import ClientProcessError, Coordinator, Schedule
 from monitor.driver import Plan
-from monitor.errors import InputError, ReplayError, check_number, made_folder
+from monitor.errors import InputError, ReplayError, check_number, made_folder, write_output
 from monitor.hostload import HostLoad, phase_bounds
 from monitor.placement import ClientProcess, client_processes
 from monitor.traces import read_file, read_table, trace_files
@@ -232,7 +233,7 @@ def short_traces(run_dir: Path, recorded: dict[int, int]) -> dict[int, str]:
     (a full disk) or fell too far behind and rows were dropped. What each lacks."""
     in_files = dict.fromkeys(recorded, 0)
     for path in trace_files(run_dir, "hops"):
-        broker = path.name.split("-")[1].removeprefix("broker")
+        broker = trace_owner(path).removeprefix("broker")
         if broker.isdigit() and int(broker) in in_files:
             in_files[int(broker)] += sum(b.num_rows for b in read_file(path, "hops")[0])
     return {
@@ -645,10 +646,7 @@ def write_manifest(
         "trace_schema_version": TRACE_VERSION,
     }
     path = result.run_dir / "manifest.json"
-    try:
-        path.write_text(json.dumps(manifest, indent=2) + "\n")
-    except OSError as exc:  # a full disk, say: the run's traces are cut short too
-        raise ReplayError(f"{path}: cannot write it ({exc.strerror or exc})") from None
+    write_output(path, json.dumps(manifest, indent=2) + "\n")
     return path
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from broker import logs
-from monitor.errors import InputError, check_number, made_folder, writing
+from monitor.errors import InputError, check_number, made_folder, write_output
 from monitor.hostload import disturbed
 from topologies import Workload, load_case_study
 
@@ -264,8 +264,7 @@ def validate(
         )
         + "\n"
     )
-    with writing(run_dir / VALIDATION_FILE):
-        (run_dir / VALIDATION_FILE).write_text(validation)
+    write_output(run_dir / VALIDATION_FILE, validation)
     analysed = [run_dir / reps[0].calibrations[0], run_dir / reps[0].measurement]
     largest = max(count_rows(folder, "hops") for folder in analysed)
     spark = spark_session(master, java_options=jit_options(largest))

@@ -11,3 +11,8 @@ from pathlib import Path
 def trace_path(trace_dir: Path, table: str, owner: str) -> Path:
     """RUN_DIR/traces/TABLE-OWNER-PID.arrow (a restarted process gets a new file)."""
     return trace_dir / f"{table}-{owner}-{os.getpid()}.arrow"
+
+
+def trace_owner(path: Path) -> str:
+    """The OWNER of a file named by `trace_path` (`broker3`, `clients-b8`)."""
+    return path.name.removesuffix(".arrow").split("-", 1)[1].rsplit("-", 1)[0]

@@ -61,7 +61,7 @@ from monitor.analysis import queries
 from monitor.analysis.staging import stage_traces
 from monitor.analysis.visits import ClassRouting, solve_visit_ratios
 from monitor.analysis.window import WINDOWS, Window, run_window
-from monitor.errors import writing
+from monitor.errors import write_output, writing
 from monitor.runfiles import local_path
 from monitor.spark import (
     jit_options,
@@ -145,8 +145,7 @@ def analyze(
         "problems": staged.problems,
         "timings": {**timings, "total_s": round(time.perf_counter() - started, 3)},
     }
-    with writing(out / "summary.json"):
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_output(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     return summary
 
 

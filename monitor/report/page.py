@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from monitor.errors import writing
+from monitor.errors import write_output
 from monitor.report.comparison import compare, measurement_of
 from monitor.report.inputs import (
     SIMULATED,
@@ -146,8 +146,6 @@ def render(run_dir: Path) -> tuple[Path, Path, str]:
         f"<body>{''.join(body)}</body></html>"
     )
     html_path, md_path = run_dir / "report.html", run_dir / "report.md"
-    with writing(html_path):
-        html_path.write_text(page)
-    with writing(md_path):
-        md_path.write_text("\n".join(md) + "\n")
+    write_output(html_path, page)
+    write_output(md_path, "\n".join(md) + "\n")
     return html_path, md_path, sentence
