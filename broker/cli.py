@@ -62,7 +62,12 @@ class Layer:
 def common_options() -> argparse.ArgumentParser:
     """Options every command takes."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    common.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning"],
+        help="the least level of log lines written to stderr (default info)",
+    )
     return common
 
 

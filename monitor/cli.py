@@ -154,18 +154,30 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_replay)
 
     p = command("analyze", "Spark jobs over RUN_DIR's traces -> RUN_DIR/analysis/")
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", help="a run folder written by hop replay")
     p.add_argument("--master", type=master_url, help="Spark master URL (default: local[*])")
-    p.add_argument("--window", choices=["measure", "all"], default="measure")
+    p.add_argument(
+        "--window",
+        choices=["measure", "all"],
+        default="measure",
+        help="events published in the measurement phase only, or in the whole run with "
+        "warm-up and drain (default measure)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_analyze)
 
     p = command("predict", "model predictions for RUN_DIR -> RUN_DIR/analysis/")
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", help="a run folder written by hop replay")
     p.add_argument("--workload", help="case-study file (or shipped name) with the target rates")
     p.add_argument("--scenario", help="scenario of the workload file")
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiply every target rate")
-    p.add_argument("--method", choices=["mm1", "mm1-ps", "sim", "all"], default="all")
+    p.add_argument(
+        "--method",
+        choices=["mm1", "mm1-ps", "sim", "all"],
+        default="all",
+        help="M/M/1 per broker, the same with the host's cores shared (mm1-ps), the "
+        "discrete-event simulation (sim), or all three (default all)",
+    )
     p.add_argument(
         "--measured-rates",
         action="store_true",
@@ -196,13 +208,13 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_predict)
 
     p = command("report", "RUN_DIR/report.html and report.md")
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", help="a run folder (hop replay) or validation folder (hop validate)")
     p.set_defaults(func=cmd_report)
 
     p = command("validate", "replay + analyze + predict + report")
     p.add_argument("file", help=f"{FILE_HELP} with a workload")
     p.add_argument("--out", required=True, help="RUN_DIR")
-    p.add_argument("--scenario")
+    p.add_argument("--scenario", help="a [[scenarios]] name of the file")
     p.add_argument(
         "--duration",
         type=float,
@@ -265,7 +277,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     _sim_seconds(p)
     p.add_argument("--master", type=master_url, help="Spark master URL (default: local[*])")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_validate)
 
 

@@ -722,3 +722,16 @@ def test_an_ignored_sigint_is_blocked_only_while_one_thread_runs(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
     )
     assert done.stdout.split() == [sigint, str(blocked)], done.stderr
+
+
+def test_every_argument_of_every_command_says_what_it_is_in_help() -> None:
+    parser = hop.cli.build_parser()
+    (commands,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    unexplained = [
+        f"hop {name} {action.option_strings or action.dest}"
+        for name, command in commands.choices.items()
+        for action in command._actions
+        if not action.help and not isinstance(action, argparse._HelpAction)
+    ]
+    assert len(commands.choices) == 10
+    assert unexplained == []
