@@ -133,6 +133,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+ANALYZED_FOLDER_HELP = "a run folder written by hop replay, or a brokers' --trace-dir folder"
+WINDOW_HELP = (
+    "events published in the measurement phase (a run folder's default) or in all the "
+    "run or recording (all; a --trace-dir folder's only window)"
+)
+
+
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     def command(name: str, help: str) -> argparse.ArgumentParser:
         return commands.add_parser(name, help=help, parents=[common])
@@ -154,15 +161,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_replay)
 
     p = command("analyze", "Spark jobs over RUN_DIR's traces -> RUN_DIR/analysis/")
-    p.add_argument("run_dir", help="a run folder written by hop replay")
+    p.add_argument("run_dir", help=ANALYZED_FOLDER_HELP)
     p.add_argument("--master", type=master_url, help="Spark master URL (default: local[*])")
-    p.add_argument(
-        "--window",
-        choices=["measure", "all"],
-        default="measure",
-        help="events published in the measurement phase only, or in the whole run with "
-        "warm-up and drain (default measure)",
-    )
+    p.add_argument("--window", choices=["measure", "all"], help=WINDOW_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_analyze)
 

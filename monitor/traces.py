@@ -87,6 +87,8 @@ def read_manifest(run_dir: Path, fields: Iterable[str] = MEASURE_WINDOW) -> dict
     """RUN_DIR's manifest.json, its `fields` (of `MANIFEST_FIELDS`; by default the
     measurement window) checked; TraceError naming the file and the field when it is
     missing or unusable."""
+    if is_broker_trace_folder(run_dir):
+        raise TraceError(f"{run_dir}: {BROKER_TRACES}")
     manifest = read_json(run_dir / "manifest.json", TraceError, "hop replay writes it")
     return check_manifest(manifest, run_dir, fields)
 
@@ -116,6 +118,20 @@ def _empty_window(manifest: dict[str, Any], names: tuple[str, ...]) -> str | Non
 
 def trace_files(run_dir: Path, table: str) -> list[Path]:
     return sorted((run_dir / "traces").glob(f"{table}-*.arrow"))
+
+
+BROKER_TRACES = (
+    "brokers' traces (--trace-dir) without a replay's manifest: hop analyze reads them, "
+    "a prediction or a report needs a replay's run folder (hop replay, or hop replay "
+    "--attach to drive brokers already running)"
+)
+
+
+def is_broker_trace_folder(folder: Path) -> bool:
+    """Whether `folder` is where brokers started with ``--trace-dir`` (`hop net`,
+    `hop broker`) wrote their hops files, rather than a replay's run folder: hops files
+    in it, and no manifest.json."""
+    return not (folder / "manifest.json").exists() and any(folder.glob("hops-*.arrow"))
 
 
 def read_file(path: Path, table: str) -> tuple[list[pa.RecordBatch], str | None]:

@@ -27,13 +27,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from broker.local_network import REPO
+from broker.local_network import REPO, Network
 from broker.trace.schema import DELIVERIES, HOPS, PUBLICATIONS
+from client import Client
 from hop.command import run_hop
 from monitor.analysis import analyze, main
 from monitor.errors import OutputError
 from monitor.predict import predict
-from monitor.report import render
+from monitor.report import ReportError, render
 from monitor.spark import C1_ONLY, C1_UP_TO_HOP_ROWS, jit_options, session_jit
 from monitor.traces import TraceError, read_table
 from tests.test_replay import run_replay, small_study
@@ -494,6 +495,111 @@ def test_hand_built_traces_give_the_worked_answers(
     assert_matches_reference(whole, "all")
     visits = keyed(whole, "visit_ratios")
     assert visits[(*cls, "3")]["visit_ratio_solved"] == pytest.approx(0.5)  # 3/4 * 2/3
+
+
+def test_a_brokers_trace_folder_is_analysed_over_all_it_recorded(
+    spark: Any, hand_analysis: dict[str, Any], tmp_path: Path
+) -> None:
+    """Hops files alone, as `hop net --trace-dir` leaves them: the publications are read
+    off the home brokers' rows, and the routing is the run's own over its whole span."""
+    hand_run = Path(hand_analysis["run_dir"])
+    whole = tmp_path / "run"
+    shutil.copytree(hand_run / "traces", whole / "traces")
+    shutil.copy(hand_run / "manifest.json", whole)
+    analyze(whole, spark=spark, window="all")
+    folder = tmp_path / "brokers"
+    folder.mkdir()
+    for path in (hand_run / "traces").glob("hops-*.arrow"):
+        shutil.copy(path, folder)
+
+    with pytest.raises(TraceError, match="no measurement phase.*--window all"):
+        analyze(folder, spark=spark, window="measure")
+    summary = analyze(folder, spark=spark)
+
+    assert summary["warnings"] == [] and summary["problems"] == []
+    assert summary["trace_rows"] == {"hops": 19, "deliveries": 0, "publications": 6}
+    assert summary["used"] == {"events": 6, "hops": 19}
+    first = min(e.t_publish_ns for e in EVENTS) + MS  # read at the home broker 1 ms later
+    done = max(h["t_done_ns"] for h in read_table(whole, "hops").table.to_pylist())
+    assert summary["window"] == {
+        "name": "all",
+        "start_ns": first,
+        "end_ns": done + 1,
+        "seconds": (done + 1 - first) / 1e9,
+    }
+    staged = pq.read_table(folder / "analysis" / "staged_traces" / "publications").to_pylist()
+    assert sorted((p["event_id"], p["publisher"], p["broker"]) for p in staged) == sorted(
+        (e.event_id, e.publisher, e.hops[0].broker) for e in EVENTS
+    )
+    for name in ("routing_probabilities", "paths", "trees"):
+        assert keyed(folder, name) == keyed(whole, name), name
+    visits, whole_visits = keyed(folder, "visit_ratios"), keyed(whole, "visit_ratios")
+    assert visits.keys() == whole_visits.keys()
+    for key, row in visits.items():
+        for column in ("visit_ratio_solved", "visit_ratio_counted", "visits", "publications"):
+            assert row[column] == whole_visits[key][column], (key, column)
+        assert row["publication_rate"] == pytest.approx(
+            row["publications"] / summary["window"]["seconds"]
+        )
+    for key, row in keyed(folder, "brokers").items():
+        assert row["cpu_total_ns"] == keyed(whole, "brokers")[key]["cpu_total_ns"]
+        assert row["throughput"] == pytest.approx(row["arrivals"] / summary["window"]["seconds"])
+    assert output(folder, "latency") == []  # no subscriber recorded
+
+    needs_a_run = "brokers' traces .*: hop analyze reads them, a prediction or a report needs"
+    with pytest.raises(TraceError, match=needs_a_run):
+        predict(folder)
+    with pytest.raises(ReportError, match=needs_a_run):
+        render(folder)
+
+
+def test_a_brokers_trace_folder_without_its_publishers_home_brokers_is_refused(
+    tmp_path: Path,
+) -> None:
+    hand_run = write_run(tmp_path / "run", EVENTS)
+    folder = tmp_path / "brokers"
+    folder.mkdir()
+    shutil.copy(hand_run / "traces" / "hops-broker1-1.arrow", folder)  # no client's events
+    with pytest.raises(TraceError, match="no hop row shows an event arriving from a client"):
+        analyze(folder)
+
+
+@pytest.mark.integration
+def test_the_traces_of_a_network_run_by_hand_are_analysed(spark: Any, tmp_path: Path) -> None:
+    """Brokers started with --trace-dir and clients of the library, no replay."""
+    traces = tmp_path / "traces"
+    tracing = ["--trace-dir", str(traces), "--run-id", "by-hand"]
+    net = Network.from_file("tree7", tmp_path, extra_args=tracing)
+    try:
+        net.start()
+        with (
+            Client.connect(*net.address(4), name="watcher") as watcher,
+            Client.connect(*net.address(7), name="seller") as seller,
+        ):
+            wanted = watcher.subscribe("family = 3")
+            for n in range(30):
+                seller.publish({"type": "offer", "family": 3, "n": n})
+                seller.publish({"type": "notice", "family": 4, "n": n})
+            seller.flush()
+            assert [wanted.next(timeout=10.0)["n"] for _ in range(30)] == list(range(30))
+    finally:
+        codes = net.stop()
+    assert codes == dict.fromkeys(range(1, 8), 0), net.log_text()[-3000:]
+
+    summary = analyze(traces, spark=spark)
+    assert summary["used"]["events"] == 60 and summary["window"]["name"] == "all"
+    assert summary["warnings"] == [] and summary["problems"] == []
+    visits = keyed(traces, "visit_ratios")
+    climbs_to_the_root = {"7", "3", "1"}  # hierarchical routing: up first, then down
+    assert {k[2] for k in visits if k[0] == "offer"} == climbs_to_the_root | {"2", "4"}
+    assert {k[2] for k in visits if k[0] == "notice"} == climbs_to_the_root
+    assert {(r["visit_ratio_solved"], r["visit_ratio_counted"]) for r in visits.values()} == {
+        (1.0, 1.0)
+    }
+    assert [(r["event_type"], r["path"], r["share"]) for r in output(traces, "paths")] == [
+        ("offer", ["7", "3", "1", "2", "4"], 1.0)
+    ]
+    assert {r["publisher"] for r in visits.values()} == {"seller"}
 
 
 @pytest.mark.needs("immutable_folders")

@@ -2,7 +2,11 @@
 
 Reads RUN_DIR/traces/ (staged to Parquet first, see `staging`), keeps the events
 published in the window (see `window`), and writes Parquet under RUN_DIR/analysis/;
-a class is (event_type, publisher):
+a class is (event_type, publisher). RUN_DIR may also be a brokers' trace folder
+(``--trace-dir`` of `hop net` or `hop broker`, no manifest): its hops files are read,
+the publications taken from them, and the window is all they recorded (from the first
+publication to the end of the last routing); its latency table is empty, as no
+subscriber recorded there.
 
 routing_probabilities.parquet, one row per class x (from_broker, to_broker) edge used:
     forwarded, arrived (events of the class at from_broker), probability = their ratio
@@ -58,9 +62,10 @@ from pyspark.sql import DataFrame, SparkSession
 
 from broker import logs
 from monitor.analysis import queries
-from monitor.analysis.staging import stage_traces
+from monitor.analysis.staging import stage_broker_traces, stage_traces
 from monitor.analysis.visits import ClassRouting, solve_visit_ratios
-from monitor.analysis.window import WINDOWS, Window, run_window
+from monitor.analysis.window import WINDOWS, Window, recording_window, run_window
+from monitor.cli import ANALYZED_FOLDER_HELP, WINDOW_HELP
 from monitor.errors import write_output, writing
 from monitor.runfiles import local_path
 from monitor.spark import (
@@ -71,7 +76,7 @@ from monitor.spark import (
     stopped_at_end,
 )
 from monitor.spark_master import master_url
-from monitor.traces import TraceError
+from monitor.traces import TraceError, is_broker_trace_folder
 
 __all__ = ["TOLERANCE", "TraceError", "analyze", "findings", "main"]
 
@@ -90,7 +95,7 @@ SORT = {
 def analyze(
     run_dir: Path,
     master: str | None = None,
-    window: str = "measure",
+    window: str | None = None,
     spark: SparkSession | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
@@ -105,9 +110,18 @@ def analyze(
     say = progress or (lambda line: None)
     run_dir = Path(run_dir)
     started = time.perf_counter()
-    span = run_window(run_dir, window)
     out = run_dir / "analysis"
-    staged = stage_traces(run_dir, out / STAGED)
+    if is_broker_trace_folder(run_dir):
+        if window == "measure":
+            raise TraceError(
+                f"{run_dir}: brokers' traces without a replay's manifest have no "
+                "measurement phase; their window is all they recorded (--window all)"
+            )
+        staged = stage_broker_traces(run_dir, out / STAGED)
+        span = recording_window(staged.root, run_dir)
+    else:
+        span = run_window(run_dir, window or "measure")
+        staged = stage_traces(run_dir, out / STAGED)
     timings = {"stage_s": round(time.perf_counter() - started, 3)}
     say(f"staged {staged.rows['hops']} hop rows as Parquet ({timings['stage_s']} s)")
     own_session = spark is None
@@ -270,14 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     """Command line (also the spark-submit entry): exit 0 when done, 2 on bad input
     (with a one-line message); other errors propagate."""
     parser = argparse.ArgumentParser(prog="hop analyze", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", type=Path, help="a run directory written by `hop replay`")
+    parser.add_argument("run_dir", type=Path, help=ANALYZED_FOLDER_HELP)
     parser.add_argument("--master", type=master_url, help="Spark master URL (default local[*])")
-    parser.add_argument(
-        "--window",
-        choices=WINDOWS,
-        default="measure",
-        help="events published in the measurement window (default) or all",
-    )
+    parser.add_argument("--window", choices=WINDOWS, help=WINDOW_HELP)
     args = parser.parse_args(argv)
     try:
         summary = analyze(
@@ -292,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, rows in summary["tables"].items():
         print(f"{name}.parquet: {rows} rows")
     print(
-        f"{summary['used']['events']} events in the {args.window} window; "
+        f"{summary['used']['events']} events in the {summary['window']['name']} window; "
         f"results in {summary['outputs']}"
     )
     for line in findings(summary):

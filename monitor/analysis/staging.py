@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from broker.trace.schema import SCHEMAS
+from broker.trace.schema import PUBLICATIONS, SCHEMAS
 from monitor.errors import writing
 from monitor.runfiles import local_path
 from monitor.traces import TraceError, read_file, trace_files
@@ -62,23 +63,40 @@ def stage_traces(run_dir: Path, root: Path) -> Staged:
             f"(expected {', '.join(f'{t}-*.arrow' for t in missing)}; does `hop replay` "
             "write into this RUN_DIR?)"
         )
+    return _stage(files, root, run_dir / "traces", publications_from_hops=False)
+
+
+def stage_broker_traces(folder: Path, root: Path) -> Staged:
+    """Convert the hops files of a brokers' trace folder (``--trace-dir``) into Parquet
+    under `root` (replacing it), with the publications read off them.
+
+    Only brokers record there. An event's row at its home broker (the one it came to
+    from a client) gives its publication: publisher, class, the broker, and as its
+    time the moment that broker read it (a replay's publishers record theirs a few
+    microseconds earlier). The deliveries table is empty: no subscriber recorded.
+    """
+    files = {"hops": sorted(folder.glob("hops-*.arrow")), "deliveries": [], "publications": []}
+    return _stage(files, root, folder, publications_from_hops=True)
+
+
+def _stage(
+    files: dict[str, list[Path]], root: Path, folder: Path, publications_from_hops: bool
+) -> Staged:
     shutil.rmtree(root, ignore_errors=True)
     jobs = [(table, path) for table, paths in files.items() for path in paths]
 
-    def convert(job: tuple[str, Path]) -> tuple[int, str | None]:
-        return _convert(*job, root)
+    def convert(job: tuple[str, Path]) -> tuple[dict[str, int], str | None]:
+        return _convert(*job, root, publications_from_hops)
 
     with ThreadPoolExecutor(os.cpu_count()) as pool:
         results = list(pool.map(convert, jobs))
     staged = Staged(root)
     for table in TABLES:
         staged.files[table] = len(files[table])
-        staged.rows[table] = sum(
-            rows for (t, _), (rows, _) in zip(jobs, results, strict=True) if t == table
-        )
+        staged.rows[table] = sum(rows.get(table, 0) for rows, _ in results)
     staged.problems = [problem for _, problem in results if problem]
     if staged.rows["hops"] == 0:
-        raise TraceError(f"{run_dir / 'traces'}: no complete hop rows in any hops file")
+        raise TraceError(f"{folder}: no complete hop rows in any hops file")
     for table in TABLES:
         if staged.rows[table] == 0:  # still a table Spark can read, with no rows
             with writing(root / table):
@@ -88,12 +106,16 @@ def stage_traces(run_dir: Path, root: Path) -> Staged:
     return staged
 
 
-def _convert(table: str, path: Path, root: Path) -> tuple[int, str | None]:
-    """One trace file to Parquet: its row count and the problem met, if any."""
+def _convert(
+    table: str, path: Path, root: Path, publications_from_hops: bool
+) -> tuple[dict[str, int], str | None]:
+    """One trace file to Parquet (and, from a hops file, its publications when
+    `publications_from_hops`): the rows written per table, and the problem met."""
     batches, problem = read_file(path, table)
     data = pa.Table.from_batches(batches, schema=SCHEMAS[table])
     if not data.num_rows:
-        return 0, problem
+        return {}, problem
+    written = {table: data.num_rows}
     with writing(root / table):
         if table == "hops":
             ds.write_dataset(
@@ -106,6 +128,35 @@ def _convert(table: str, path: Path, root: Path) -> tuple[int, str | None]:
                 existing_data_behavior="overwrite_or_ignore",
             )
         else:
-            (root / table).mkdir(parents=True, exist_ok=True)
-            pq.write_table(data, local_path(root / table / f"{path.stem}.parquet"))
-    return data.num_rows, problem
+            _write_file(data, root / table, path.stem)
+    if publications_from_hops:
+        publications = publications_of(data)
+        if publications.num_rows:
+            with writing(root / "publications"):
+                _write_file(publications, root / "publications", path.stem)
+            written["publications"] = publications.num_rows
+    return written, problem
+
+
+def _write_file(data: pa.Table, folder: Path, stem: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(data, local_path(folder / f"{stem}.parquet"))
+
+
+def publications_of(hops: pa.Table) -> pa.Table:
+    """The publications table of the events whose home broker's rows are in `hops`:
+    one row per row whose event came from a client. Size and attributes are not
+    recorded by brokers and stay null."""
+    entered = hops.filter(pc.starts_with(hops["from_node"], "client:"))
+    rows = entered.num_rows
+    columns = {
+        "run_id": entered["run_id"],
+        "event_id": entered["event_id"],
+        "publisher": entered["publisher"],
+        "broker": entered["broker"],
+        "event_type": entered["event_type"],
+        "t_publish_ns": entered["t_arrival_ns"],
+        "size_bytes": pa.nulls(rows, pa.int32()),
+        "attributes": pa.nulls(rows, pa.string()),
+    }
+    return pa.table(columns, schema=PUBLICATIONS)

@@ -1,4 +1,5 @@
-"""The time window an analysis covers, from the run's manifest.
+"""The time window an analysis covers: from a run's manifest, or for a brokers' trace
+folder (no manifest) the span of its publications.
 
 An event belongs to the window when it was *published* inside it; all its hops and
 deliveries count, even those that happen during the drain after the window. So
@@ -12,6 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from monitor.runfiles import local_path
 from monitor.traces import MEASURE_WINDOW, WHOLE_RUN, TraceError, read_manifest
 
 WINDOWS = ("measure", "all")
@@ -19,7 +25,7 @@ WINDOWS = ("measure", "all")
 
 @dataclass(frozen=True)
 class Window:
-    name: str  # "measure": warm-up and drain excluded; "all": the whole run
+    name: str  # "measure": warm-up and drain excluded; "all": the whole run (recording)
     start_ns: int
     end_ns: int  # exclusive
 
@@ -38,3 +44,24 @@ def run_window(run_dir: Path, name: str = "measure") -> Window:
     phases = read_manifest(run_dir, fields)["phases"]
     start, end = (phases[field.removeprefix("phases.")] for field in fields)
     return Window(name, start, end)
+
+
+def recording_window(staged: Path, folder: Path) -> Window:
+    """The window `all` of a brokers' trace folder, which has no manifest: from its
+    first publication to the end of the last routing any broker recorded, read from
+    the traces staged under `staged` (Parquet). A publication's time is when its home
+    broker read it, shared by all events of one read, so a burst of events can
+    arrive at one instant; the routing that follows gives the window its length.
+    TraceError naming `folder` when no event came from a client there."""
+    published = _column(staged / "publications", "t_publish_ns")
+    if not len(published):
+        raise TraceError(
+            f"{folder}: no hop row shows an event arriving from a client; the traces of "
+            "the brokers its publishers connect to are needed"
+        )
+    done = _column(staged / "hops", "t_done_ns")
+    return Window("all", pc.min(published).as_py(), pc.max(done).as_py() + 1)
+
+
+def _column(table: Path, name: str) -> pa.ChunkedArray:
+    return ds.dataset(local_path(table)).to_table(columns=[name])[name]

@@ -25,7 +25,7 @@ from monitor.runfiles import (
     record,
     table_of,
 )
-from monitor.traces import MEASURE_WINDOW, read_manifest
+from monitor.traces import BROKER_TRACES, MEASURE_WINDOW, is_broker_trace_folder, read_manifest
 
 TABLES = {  # the analysis tables a report reads, with the columns it uses
     "routing_probabilities": ("from_broker", "to_broker", "forwarded", "arrived"),
@@ -147,6 +147,8 @@ class Run:
 
     @classmethod
     def load(cls, path: Path) -> Run:
+        if is_broker_trace_folder(path):
+            raise ReportError(f"{path}: {BROKER_TRACES}")
         if not (path / "manifest.json").exists():
             raise ReportError(f"{path}: no manifest.json (not a replay folder)")
         manifest = read_manifest(path, HEADER)
