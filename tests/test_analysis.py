@@ -32,6 +32,7 @@ from broker.trace.schema import DELIVERIES, HOPS, PUBLICATIONS
 from client import Client
 from hop.command import run_hop
 from monitor.analysis import analyze, main
+from monitor.analysis.staging import repeated_event_ids, stage_traces
 from monitor.errors import OutputError
 from monitor.predict import predict
 from monitor.report import ReportError, render
@@ -562,6 +563,25 @@ def test_a_brokers_trace_folder_without_its_publishers_home_brokers_is_refused(
     shutil.copy(hand_run / "traces" / "hops-broker1-1.arrow", folder)  # no client's events
     with pytest.raises(TraceError, match="no hop row shows an event arriving from a client"):
         analyze(folder)
+
+
+def test_event_ids_published_more_than_once_are_told_per_publisher(tmp_path: Path) -> None:
+    again = [  # pubA started again at broker 5, counting from 1 anew; pubB is alone
+        Event(e.event_id, e.publisher, e.t_publish_ns + 10**8, [hop("5", f"client:{e.publisher}")])
+        for e in EVENTS
+        if e.event_id in ("pubA:1", "pubA:2")
+    ]
+    run = write_run(tmp_path / "run", EVENTS + again)
+    staged = stage_traces(run, tmp_path / "staged")
+    assert repeated_event_ids(staged.root) == [
+        "publisher 'pubA': 2 event id(s) published more than once (clients sharing the "
+        "name, or one started again); the events of one id are taken for one, so their "
+        "trees and paths merge"
+    ]
+    assert (
+        repeated_event_ids(stage_traces(write_run(tmp_path / "once", EVENTS), staged.root).root)
+        == []
+    )
 
 
 @pytest.mark.integration

@@ -62,7 +62,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from broker import logs
 from monitor.analysis import queries
-from monitor.analysis.staging import stage_broker_traces, stage_traces
+from monitor.analysis.staging import repeated_event_ids, stage_broker_traces, stage_traces
 from monitor.analysis.visits import ClassRouting, solve_visit_ratios
 from monitor.analysis.window import WINDOWS, Window, recording_window, run_window
 from monitor.cli import ANALYZED_FOLDER_HELP, WINDOW_HELP
@@ -155,7 +155,9 @@ def analyze(
         "tables": {
             name: ds.dataset(local_path(out / f"{name}.parquet")).count_rows() for name in SORT
         },
-        "warnings": warnings + _visit_ratio_warnings(visit_ratios),
+        "warnings": (
+            repeated_event_ids(staged.root) + warnings + _visit_ratio_warnings(visit_ratios)
+        ),
         "problems": staged.problems,
         "timings": {**timings, "total_s": round(time.perf_counter() - started, 3)},
     }

@@ -160,3 +160,21 @@ def publications_of(hops: pa.Table) -> pa.Table:
         "attributes": pa.nulls(rows, pa.string()),
     }
     return pa.table(columns, schema=PUBLICATIONS)
+
+
+def repeated_event_ids(root: Path) -> list[str]:
+    """A line per publisher whose event ids in the staged publications repeat: clients
+    sharing a name, or one that started again and counted its events from 1 anew. The
+    analysis takes the events of one id for one event, so their trees and paths merge."""
+    published = ds.dataset(local_path(root / "publications")).to_table(
+        columns=["publisher", "event_id"]
+    )
+    counts = published.group_by(["publisher", "event_id"]).aggregate([([], "count_all")])
+    repeated = counts.filter(pc.greater(counts["count_all"], 1))
+    per_publisher = repeated.group_by("publisher").aggregate([([], "count_all")])
+    return [
+        f"publisher {row['publisher']!r}: {row['count_all']} event id(s) published more than "
+        "once (clients sharing the name, or one started again); the events of one id are "
+        "taken for one, so their trees and paths merge"
+        for row in per_publisher.sort_by("publisher").to_pylist()
+    ]
