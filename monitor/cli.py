@@ -70,6 +70,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         master=args.master,
         window=args.window,
         progress=None if args.quiet else say,
+        out=Path(args.out) if args.out else None,
     )
     print(json.dumps(summary, indent=2, default=str))
     for line in findings(summary):
@@ -134,6 +135,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 ANALYZED_FOLDER_HELP = "a run folder written by hop replay, or a brokers' --trace-dir folder"
+OUT_HELP = (
+    "write the tables here instead of RUN_DIR/analysis (for a folder you cannot write; "
+    "hop predict and hop report read RUN_DIR/analysis)"
+)
 WINDOW_HELP = (
     "events published in the measurement phase (a run folder's default) or in all the "
     "run or recording (all; a --trace-dir folder's only window)"
@@ -164,6 +169,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help=ANALYZED_FOLDER_HELP)
     p.add_argument("--master", type=master_url, help="Spark master URL (default: local[*])")
     p.add_argument("--window", choices=["measure", "all"], help=WINDOW_HELP)
+    p.add_argument("--out", help=OUT_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_analyze)
 

@@ -554,6 +554,24 @@ def test_a_brokers_trace_folder_is_analysed_over_all_it_recorded(
         render(folder)
 
 
+def test_the_tables_go_where_out_says_leaving_the_run_folder_untouched(
+    spark: Any, hand_analysis: dict[str, Any], tmp_path: Path
+) -> None:
+    hand_run = Path(hand_analysis["run_dir"])
+    run = tmp_path / "run"
+    shutil.copytree(hand_run / "traces", run / "traces")
+    shutil.copy(hand_run / "manifest.json", run)
+    elsewhere = tmp_path / "elsewhere" / "t1"
+    summary = analyze(run, spark=spark, out=elsewhere)
+    assert sorted(p.name for p in run.iterdir()) == ["manifest.json", "traces"]
+    assert summary["outputs"] == str(elsewhere)
+    assert json.loads((elsewhere / "summary.json").read_text())["used"] == summary["used"]
+    for name in KEYS:
+        assert pq.read_table(elsewhere / f"{name}.parquet") == pq.read_table(
+            hand_run / "analysis" / f"{name}.parquet"
+        ), name
+
+
 def test_a_brokers_trace_folder_without_its_publishers_home_brokers_is_refused(
     tmp_path: Path,
 ) -> None:

@@ -97,8 +97,9 @@ def _stats_or_empty(address: tuple[str, int]) -> str:
         (["net", "tree7", "--trace-dir"], "--trace-dir: cannot make the folder"),
         (["replay", "tree7", "--out"], "cannot make the folder"),
         (["validate", "tree7", "--quick", "--out"], "--out: cannot make the folder"),
+        (["analyze", str(REPO), "--out"], "--out: cannot make the folder"),
     ],
-    ids=["broker", "net", "replay", "validate"],
+    ids=["broker", "net", "replay", "validate", "analyze"],
 )
 def test_a_folder_option_naming_a_file_exits_2_naming_it(
     tmp_path: Path, command: list[str], said: str

@@ -65,8 +65,8 @@ from monitor.analysis import queries
 from monitor.analysis.staging import repeated_event_ids, stage_broker_traces, stage_traces
 from monitor.analysis.visits import ClassRouting, solve_visit_ratios
 from monitor.analysis.window import WINDOWS, Window, recording_window, run_window
-from monitor.cli import ANALYZED_FOLDER_HELP, WINDOW_HELP
-from monitor.errors import write_output, writing
+from monitor.cli import ANALYZED_FOLDER_HELP, OUT_HELP, WINDOW_HELP
+from monitor.errors import InputError, made_folder, write_output, writing
 from monitor.runfiles import local_path
 from monitor.spark import (
     jit_options,
@@ -98,9 +98,12 @@ def analyze(
     window: str | None = None,
     spark: SparkSession | None = None,
     progress: Callable[[str], None] | None = None,
+    out: Path | None = None,
 ) -> dict[str, Any]:
     """Characterize the run in `run_dir`; returns the summary also written to
-    RUN_DIR/analysis/summary.json (table row counts, warnings, problems, timings).
+    OUT/summary.json (table row counts, warnings, problems, timings). OUT is `out`,
+    made if missing (InputError when it cannot be), by default RUN_DIR/analysis, where
+    `hop predict` and `hop report` read the tables.
 
     Uses `spark` if given (and leaves it running), else starts a session on `master`
     (default local[*]) and stops it. `progress` gets a line per finished step. Raises
@@ -110,7 +113,7 @@ def analyze(
     say = progress or (lambda line: None)
     run_dir = Path(run_dir)
     started = time.perf_counter()
-    out = run_dir / "analysis"
+    out = run_dir / "analysis" if out is None else made_folder(Path(out), "--out")
     if is_broker_trace_folder(run_dir):
         if window == "measure":
             raise TraceError(
@@ -289,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path, help=ANALYZED_FOLDER_HELP)
     parser.add_argument("--master", type=master_url, help="Spark master URL (default local[*])")
     parser.add_argument("--window", choices=WINDOWS, help=WINDOW_HELP)
+    parser.add_argument("--out", type=Path, help=OUT_HELP)
     args = parser.parse_args(argv)
     try:
         summary = analyze(
@@ -296,8 +300,9 @@ def main(argv: list[str] | None = None) -> int:
             master=args.master,
             window=args.window,
             progress=logs.say,
+            out=args.out,
         )
-    except TraceError as exc:
+    except InputError as exc:  # (TraceError among them)
         logs.say(f"hop analyze: {exc}")
         return 2
     for name, rows in summary["tables"].items():
