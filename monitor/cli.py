@@ -140,8 +140,8 @@ OUT_HELP = (
     "hop predict and hop report read RUN_DIR/analysis)"
 )
 WINDOW_HELP = (
-    "events published in the measurement phase (a run folder's default) or in all the "
-    "run or recording (all; a --trace-dir folder's only window)"
+    "the events published in the measurement phase (measure: a run folder's default) or "
+    "in the whole run, or all a --trace-dir folder recorded (all: its only window)"
 )
 
 

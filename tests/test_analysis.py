@@ -555,7 +555,7 @@ def test_a_brokers_trace_folder_is_analysed_over_all_it_recorded(
 
 
 def test_the_tables_go_where_out_says_leaving_the_run_folder_untouched(
-    spark: Any, hand_analysis: dict[str, Any], tmp_path: Path
+    spark: Any, hand_analysis: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     hand_run = Path(hand_analysis["run_dir"])
     run = tmp_path / "run"
@@ -570,6 +570,11 @@ def test_the_tables_go_where_out_says_leaving_the_run_folder_untouched(
         assert pq.read_table(elsewhere / f"{name}.parquet") == pq.read_table(
             hand_run / "analysis" / f"{name}.parquet"
         ), name
+
+    in_the_way = tmp_path / "a-file"
+    in_the_way.write_text("")
+    assert main([str(run), "--out", str(in_the_way)]) == 2
+    assert f"--out: cannot make the folder {in_the_way}" in capsys.readouterr().err
 
 
 def test_a_brokers_trace_folder_without_its_publishers_home_brokers_is_refused(

@@ -113,18 +113,20 @@ def analyze(
     say = progress or (lambda line: None)
     run_dir = Path(run_dir)
     started = time.perf_counter()
+    brokers_only = is_broker_trace_folder(run_dir)
+    if brokers_only and window == "measure":
+        raise TraceError(
+            f"{run_dir}: brokers' traces without a replay's manifest have no measurement "
+            "phase; their window is all they recorded (--window all)"
+        )
+    run_span = None if brokers_only else run_window(run_dir, window or "measure")
     out = run_dir / "analysis" if out is None else made_folder(Path(out), "--out")
-    if is_broker_trace_folder(run_dir):
-        if window == "measure":
-            raise TraceError(
-                f"{run_dir}: brokers' traces without a replay's manifest have no "
-                "measurement phase; their window is all they recorded (--window all)"
-            )
+    if run_span is None:
         staged = stage_broker_traces(run_dir, out / STAGED)
         span = recording_window(staged.root, run_dir)
     else:
-        span = run_window(run_dir, window or "measure")
         staged = stage_traces(run_dir, out / STAGED)
+        span = run_span
     timings = {"stage_s": round(time.perf_counter() - started, 3)}
     say(f"staged {staged.rows['hops']} hop rows as Parquet ({timings['stage_s']} s)")
     own_session = spark is None
