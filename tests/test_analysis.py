@@ -32,12 +32,17 @@ from broker.trace.schema import DELIVERIES, HOPS, PUBLICATIONS
 from client import Client
 from hop.command import run_hop
 from monitor.analysis import analyze, main
-from monitor.analysis.staging import repeated_event_ids, stage_traces
+from monitor.analysis.staging import (
+    repeated_event_ids,
+    several_runs,
+    stage_broker_traces,
+    stage_traces,
+)
 from monitor.errors import OutputError
 from monitor.predict import predict
 from monitor.report import ReportError, render
 from monitor.spark import C1_ONLY, C1_UP_TO_HOP_ROWS, jit_options, session_jit
-from monitor.traces import TraceError, read_table
+from monitor.traces import TraceError, read_file, read_table
 from tests.test_replay import run_replay, small_study
 from topologies import to_toml
 
@@ -605,6 +610,23 @@ def test_event_ids_published_more_than_once_are_told_per_publisher(tmp_path: Pat
         repeated_event_ids(stage_traces(write_run(tmp_path / "once", EVENTS), staged.root).root)
         == []
     )
+
+
+def test_a_brokers_trace_folder_of_several_recordings_is_told(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", EVENTS)
+    folder = tmp_path / "brokers"
+    folder.mkdir()
+    for path in (run / "traces").glob("hops-*.arrow"):
+        rows = pa.Table.from_batches(read_file(path, "hops")[0]).to_pylist()
+        for row in rows:  # broker 3, pubB's home, recorded under another run id
+            row["run_id"] = "later" if row["broker"] == "3" else row["run_id"]
+        write_stream(folder / path.name, rows, HOPS, 100)
+    staged = stage_broker_traces(folder, tmp_path / "staged")
+    assert several_runs(staged.root) == [
+        "the traces hold 2 run ids ('hand', 'later'), read as one recording whose rates "
+        "span them all, gaps included; give each recording its own --trace-dir folder"
+    ]
+    assert several_runs(stage_broker_traces(run / "traces", staged.root).root) == []
 
 
 @pytest.mark.integration

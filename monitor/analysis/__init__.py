@@ -62,7 +62,12 @@ from pyspark.sql import DataFrame, SparkSession
 
 from broker import logs
 from monitor.analysis import queries
-from monitor.analysis.staging import repeated_event_ids, stage_broker_traces, stage_traces
+from monitor.analysis.staging import (
+    repeated_event_ids,
+    several_runs,
+    stage_broker_traces,
+    stage_traces,
+)
 from monitor.analysis.visits import ClassRouting, solve_visit_ratios
 from monitor.analysis.window import WINDOWS, Window, recording_window, run_window
 from monitor.cli import ANALYZED_FOLDER_HELP, OUT_HELP, WINDOW_HELP
@@ -124,9 +129,12 @@ def analyze(
     if run_span is None:
         staged = stage_broker_traces(run_dir, out / STAGED)
         span = recording_window(staged.root, run_dir)
+        warnings = several_runs(staged.root)
     else:
         staged = stage_traces(run_dir, out / STAGED)
         span = run_span
+        warnings = []
+    warnings += repeated_event_ids(staged.root)
     timings = {"stage_s": round(time.perf_counter() - started, 3)}
     say(f"staged {staged.rows['hops']} hop rows as Parquet ({timings['stage_s']} s)")
     own_session = spark is None
@@ -134,7 +142,7 @@ def analyze(
         say(f"starting Spark ({master or 'local[*]'})")
         spark = spark_session(master, java_options=jit_options(staged.rows["hops"]))
     with stopped_at_end(spark) if own_session else contextlib.nullcontext():
-        hops, warnings = _write_tables(spark, staged.root, span, out, timings, say)
+        hops, solve_warnings = _write_tables(spark, staged.root, span, out, timings, say)
         master_url = spark.sparkContext.master
         jit = session_jit(spark)
     visit_ratios = pq.read_table(local_path(out / "visit_ratios.parquet")).to_pylist()
@@ -160,9 +168,7 @@ def analyze(
         "tables": {
             name: ds.dataset(local_path(out / f"{name}.parquet")).count_rows() for name in SORT
         },
-        "warnings": (
-            repeated_event_ids(staged.root) + warnings + _visit_ratio_warnings(visit_ratios)
-        ),
+        "warnings": warnings + solve_warnings + _visit_ratio_warnings(visit_ratios),
         "problems": staged.problems,
         "timings": {**timings, "total_s": round(time.perf_counter() - started, 3)},
     }

@@ -178,3 +178,18 @@ def repeated_event_ids(root: Path) -> list[str]:
         "taken for one, so their trees and paths merge"
         for row in per_publisher.sort_by("publisher").to_pylist()
     ]
+
+
+def several_runs(root: Path) -> list[str]:
+    """A line if the staged publications carry more than one run id: a brokers' trace
+    folder that several recordings wrote into (`--run-id` differed), read as one, its
+    rates over the span from the first to the last, gaps included."""
+    run_ids = ds.dataset(local_path(root / "publications")).to_table(columns=["run_id"])
+    names = sorted(pc.unique(run_ids["run_id"]).to_pylist())
+    if len(names) < 2:
+        return []
+    return [
+        f"the traces hold {len(names)} run ids ({', '.join(map(repr, names))}), read as one "
+        "recording whose rates span them all, gaps included; give each recording its own "
+        "--trace-dir folder"
+    ]
