@@ -21,14 +21,19 @@ import trio
 import client
 from broker import logs
 from broker.cli import (
+    EXIT_FAILURE,
     EXIT_OK,
+    FILE_HELP,
     BadInput,
     Layer,
     add_secret_option,
+    load_study,
     positive_int,
     positive_number,
     secret_file,
 )
+from broker.messages import ProtocolError
+from broker.probe import fetch_stats
 from broker.protocol import ERR_LIMIT
 from broker.security import (
     SECRET_ENV,
@@ -40,7 +45,9 @@ from broker.security import (
 )
 from client.aio import ClientError
 from routing import FilterSyntaxError, parse_filter, validate_event
-from topologies import TopologyError
+from topologies import SHIPPED, TopologyError
+
+STATS_TIMEOUT_S = 5.0  # per broker of a network: one that hangs is named, not waited on
 
 
 def address(text: str) -> tuple[str, int]:
@@ -332,6 +339,8 @@ def json_lines(lines: Iterable[str]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     checked_text(args.name, "--name")
+    if names_a_network(args.address):
+        return _network_stats(args)
     host, port = address(args.address)
     creds = credentials(args)
     with client.Client.connect(
@@ -341,6 +350,54 @@ def cmd_stats(args: argparse.Namespace) -> int:
     with reader_may_leave(sys.stdout):
         print(json.dumps(stats, indent=2, sort_keys=True), flush=True)
     return EXIT_OK
+
+
+def names_a_network(text: str) -> bool:
+    """Whether `hop stats` was given a topology (an existing file, a shipped name, or a
+    name ending in .toml, which the loader names if missing) rather than HOST:PORT."""
+    return text in SHIPPED or text.endswith(".toml") or Path(text).is_file()
+
+
+def _network_stats(args: argparse.Namespace) -> int:
+    """Every broker's counters, keyed by its id; a broker that does not answer gets its
+    reason instead, is named on stderr, and makes the exit code 1 once all were asked."""
+    if args.ca or args.cert or args.key:
+        raise BadInput("--ca/--cert/--key are for HOST:PORT; a topology names its TLS files")
+    topology = load_study(args.address).topology
+    try:
+        creds = ClientCredentials.for_network(topology, secret_file(args))
+    except (OSError, ValueError, ssl.SSLError) as exc:
+        raise BadInput(f"{args.address}: the network's secret or TLS files: {exc}") from None
+    every: dict[str, Any] = {}
+    for broker in sorted(topology.brokers):
+        host, port = topology.address(broker)
+        try:
+            every[str(broker)] = fetch_stats(
+                host,
+                port,
+                STATS_TIMEOUT_S,
+                args.name,
+                secret=creds.secret,
+                ssl_context=creds.ssl_context,
+            )
+        except (OSError, ProtocolError) as exc:
+            reason = _unanswered(exc)
+            every[str(broker)] = {"error": reason}
+            logs.say(f"hop stats: broker {broker} at {host}:{port}: {reason}")
+    with reader_may_leave(sys.stdout):
+        print(json.dumps(every, indent=2, sort_keys=True), flush=True)
+    return EXIT_FAILURE if any("error" in stats for stats in every.values()) else EXIT_OK
+
+
+def _unanswered(exc: Exception) -> str:
+    """Why a broker of the network gave no counters, in the words of a single one's."""
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {STATS_TIMEOUT_S:g} s"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (is the broker running?)"
+    if isinstance(exc, OSError) and exc.strerror and not isinstance(exc, ssl.SSLError):
+        return exc.strerror
+    return str(exc)
 
 
 def add_client_options(p: argparse.ArgumentParser) -> None:
@@ -392,8 +449,12 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     add_client_options(p)
     p.set_defaults(func=cmd_pub)
 
-    p = command("stats", "print a broker's counters as JSON")
-    p.add_argument("address", help="HOST:PORT of a broker")
+    p = command("stats", "print a broker's counters as JSON, or every broker's of a network")
+    p.add_argument(
+        "address",
+        help=f"HOST:PORT of a broker, or a topology: {FILE_HELP} (every broker's counters, "
+        "by id, with the secret and TLS files it names)",
+    )
     p.add_argument(
         "--name", default=f"hop-stats-{os.getpid()}", help="client name (default: unique)"
     )

@@ -20,7 +20,7 @@ import pytest
 import client
 from broker.cli import EXIT_BAD_INPUT, EXIT_OK
 from broker.local_network import Network
-from client.cli import EventPrinter, address, json_lines
+from client.cli import EventPrinter, address, json_lines, names_a_network
 from hop.cli import main as hop_main
 from hop.command import HOP, REPO, start_hop, stop
 
@@ -338,6 +338,42 @@ def test_stats_and_pub_end_quietly_when_the_reader_of_their_output_goes(
     assert _hop_into_a_closed_pipe(stream, name, f"{host}:{port}", *rest) == (0, "")
     if name == "pub":  # it published all the same
         assert chain5.stats(1)["events_routed"] == 2
+
+
+@pytest.mark.integration
+def test_hop_stats_of_a_topology_gives_every_brokers_counters_and_names_one_that_is_down(
+    chain5: Network, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pids = {str(b): p.pid for b, p in chain5.procs.procs.items()}
+    assert hop_main(["stats", str(chain5.file)]) == EXIT_OK
+    every = json.loads(capsys.readouterr().out)
+    assert {b: stats["pid"] for b, stats in every.items()} == pids
+    assert every["1"]["children_connected"] == 1 and every["5"]["children_connected"] == 0
+
+    chain5.kill(5)
+    assert hop_main(["stats", str(chain5.file)]) == 1
+    out, err = capsys.readouterr()
+    every = json.loads(out)
+    refused = "connection refused (is the broker running?)"
+    assert every["5"] == {"error": refused}
+    assert [every[b]["pid"] for b in "1234"] == [pids[b] for b in "1234"]
+    host, port = chain5.address(5)
+    assert err.splitlines() == [f"hop stats: broker 5 at {host}:{port}: {refused}"]
+
+
+def test_hop_stats_takes_a_topology_by_file_or_name_and_its_files_not_tls_options(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert [names_a_network(t) for t in ("tree7", "lab.toml", str(HOP[0]), "127.0.0.1:7301")] == [
+        True,
+        True,
+        True,
+        False,
+    ]
+    assert hop_main(["stats", "tree7", "--ca", "ca.pem"]) == EXIT_BAD_INPUT
+    assert "--ca/--cert/--key are for HOST:PORT" in capsys.readouterr().err
+    assert hop_main(["stats", "missing.toml"]) == EXIT_BAD_INPUT
+    assert "missing.toml: cannot read" in capsys.readouterr().err
 
 
 @pytest.mark.integration
