@@ -89,6 +89,13 @@ def read_manifest(run_dir: Path, fields: Iterable[str] = MEASURE_WINDOW) -> dict
     missing or unusable."""
     if is_broker_trace_folder(run_dir):
         raise TraceError(f"{run_dir}: {BROKER_TRACES}")
+    if (run_dir / "validation.json").exists():
+        runs = sorted(path.parent.name for path in run_dir.glob("*/manifest.json"))
+        raise TraceError(
+            f"{run_dir}: a validation folder (hop validate), whose runs are its folders "
+            f"{', '.join(runs) or '(none yet)'}: give one of them (hop report takes the "
+            "validation folder)"
+        )
     manifest = read_json(run_dir / "manifest.json", TraceError, "hop replay writes it")
     return check_manifest(manifest, run_dir, fields)
 

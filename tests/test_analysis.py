@@ -767,6 +767,14 @@ def test_bad_input_is_refused_with_a_clear_message(
     (run / "manifest.json").unlink()
     with pytest.raises(TraceError, match="manifest.json: missing"):
         analyze(run)
+    validation = tmp_path / "validation"  # hop validate's: runs in folders of its own
+    for name in ("calibration", "measurement"):
+        write_run(validation / name, EVENTS[:1])
+    (validation / "validation.json").write_text("{}")
+    with pytest.raises(
+        TraceError, match="a validation folder .* its folders calibration, measurement"
+    ):
+        analyze(validation)
     with pytest.raises(TraceError, match="unknown window"):
         analyze(run, window="warmup")
 
