@@ -425,7 +425,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 LAYER = Layer(
     register,
     bad_input=(BadInput, TopologyError, FilterSyntaxError),
-    failures=(StartupError, ForkServerError, OSError),
+    failures=(StartupError, ForkServerError, OSError, logs.OutputFailed),
 )
 
 

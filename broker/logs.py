@@ -1,4 +1,5 @@
-"""structlog set-up: key/value lines on a terminal, JSON lines otherwise (to stderr)."""
+"""structlog set-up: key/value lines on a terminal, JSON lines otherwise (to stderr);
+and a command's own lines: its messages (`say`, stderr) and its output (`emit`, stdout)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,23 @@ def say(line: str) -> None:
     brokers do) may write its own line, leaving this one without its end."""
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
+
+
+class OutputFailed(Exception):
+    """A command's output could not be written (a full disk, a file-size limit)."""
+
+
+def emit(text: str, out: TextIO | None = None) -> None:
+    """Print `text` as a command's output (None: sys.stdout as it is now), flushed;
+    OutputFailed saying so when it cannot be written, where the system's reason alone
+    would not tell which file failed. A reader that went (BrokenPipeError) is the
+    command's to handle."""
+    try:
+        print(text, file=out, flush=True)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputFailed(f"cannot write its output: {exc.strerror or exc}") from None
 
 
 def configure(level: str = "info") -> None:

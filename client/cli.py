@@ -223,7 +223,7 @@ class EventPrinter:
             self._seen.add(delivery.event_id)
         self._last = delivery
         line = json.dumps(_printable(delivery.attributes), sort_keys=True)
-        print(line, file=self._out, flush=True)  # (None: sys.stdout as it is now)
+        logs.emit(line, self._out)
         self.printed += 1
         if self.printed == self.count and self.on_done is not None:
             self.on_done()
@@ -348,7 +348,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     ) as c:
         stats = c.stats()
     with reader_may_leave(sys.stdout):
-        print(json.dumps(stats, indent=2, sort_keys=True), flush=True)
+        logs.emit(json.dumps(stats, indent=2, sort_keys=True))
     return EXIT_OK
 
 
@@ -385,7 +385,7 @@ def _network_stats(args: argparse.Namespace) -> int:
             every[str(broker)] = {"error": reason}
             logs.say(f"hop stats: broker {broker} at {host}:{port}: {reason}")
     with reader_may_leave(sys.stdout):
-        print(json.dumps(every, indent=2, sort_keys=True), flush=True)
+        logs.emit(json.dumps(every, indent=2, sort_keys=True))
     return EXIT_FAILURE if any("error" in stats for stats in every.values()) else EXIT_OK
 
 

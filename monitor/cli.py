@@ -46,11 +46,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         attach=args.attach,
     )
     c = result.counts
-    print(
+    logs.emit(
         f"{result.run_id}: published {c.published}, delivered {c.delivered} "
-        f"of {c.expected_deliveries} expected, lost {c.lost}, unexpected {c.unexpected}"
+        f"of {c.expected_deliveries} expected, lost {c.lost}, unexpected {c.unexpected}\n"
+        f"traces and manifest in {result.run_dir}"
     )
-    print(f"traces and manifest in {result.run_dir}")
     if c.lost or c.unexpected:
         for example in c.lost_examples:
             logs.say(f"  lost: {example}")
@@ -72,7 +72,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         progress=None if args.quiet else say,
         out=Path(args.out) if args.out else None,
     )
-    print(json.dumps(summary, indent=2, default=str))
+    logs.emit(json.dumps(summary, indent=2, default=str))
     for line in findings(summary):
         logs.say(f"hop analyze: {line}")
     return EXIT_OK
@@ -95,7 +95,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         trend=args.trend,
         max_wall_s=args.sim_seconds,
     )
-    print(json.dumps(summary, indent=2, default=str))
+    logs.emit(json.dumps(summary, indent=2, default=str))
     return EXIT_OK
 
 
@@ -103,8 +103,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from monitor.report import render
 
     html_path, md_path, sentence = render(Path(args.run_dir))
-    print(sentence)
-    print(f"{html_path}\n{md_path}")
+    logs.emit(f"{sentence}\n{html_path}\n{md_path}")
     return EXIT_OK
 
 
@@ -129,8 +128,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         trend=args.trend,
         sim_seconds=args.sim_seconds,
     )
-    print(result.summary)
-    print(f"report: {result.report_html} ({result.seconds:.0f} s)")
+    logs.emit(f"{result.summary}\nreport: {result.report_html} ({result.seconds:.0f} s)")
     return EXIT_OK
 
 

@@ -4,6 +4,7 @@ Real brokers on 127.0.0.1 (chain5), stopped by PID."""
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import math
@@ -20,6 +21,7 @@ import pytest
 import client
 from broker.cli import EXIT_BAD_INPUT, EXIT_OK
 from broker.local_network import Network
+from broker.logs import OutputFailed
 from client.cli import EventPrinter, address, json_lines, names_a_network
 from hop.cli import main as hop_main
 from hop.command import HOP, REPO, start_hop, stop
@@ -220,6 +222,28 @@ def test_hop_sub_stops_printing_at_its_count() -> None:
     for n in range(4):
         printer.show(_delivery(f"p:{n}", n))
     assert len(out.getvalue().splitlines()) == 2 and done == [True]
+
+
+class _FullDisk(io.StringIO):
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_output_that_cannot_be_written_is_said_in_a_line(chain5: Network) -> None:
+    """A full disk under `hop sub > file` or `hop stats > file`: the command says that
+    its output failed, not only the system's reason."""
+    printer = EventPrinter(None, _FullDisk())
+    printer.settled()
+    with pytest.raises(OutputFailed, match="cannot write its output: No space left on device"):
+        printer.show(_delivery("p:1", 1))
+    host, port = chain5.address(1)
+    with open("/dev/full", "wb", buffering=0) as full:
+        for target in (f"{host}:{port}", str(chain5.file)):
+            result = subprocess.run(
+                [*HOP, "stats", target], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60
+            )
+            assert result.returncode == 1
+            assert result.stderr == "hop stats: cannot write its output: No space left on device\n"
 
 
 def _hop_sub(net: Network, *options: str) -> subprocess.Popen[str]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import io
 import json
+import os
 import sys
 from typing import Any
 
@@ -100,3 +102,24 @@ def test_a_bugs_traceback_is_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
     assert traceback_text.startswith("Traceback (most recent call last):\n")
     assert traceback_text.endswith("KeyError: 'no such thing'\n")
     assert verdict == "hop fail: internal error (a bug, not your input)\n"
+
+
+def test_a_commands_output_that_cannot_be_written_is_said_so() -> None:
+    class FullDisk(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    written = io.StringIO()
+    logs.emit("line", written)
+    assert written.getvalue() == "line\n"
+    with pytest.raises(
+        logs.OutputFailed, match="^cannot write its output: No space left on device$"
+    ):
+        logs.emit("line", FullDisk())
+    with pytest.raises(BrokenPipeError):  # the command's to handle: its reader went
+        logs.emit("line", _Gone())
+
+
+class _Gone(io.StringIO):
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
