@@ -29,6 +29,7 @@ from broker import logs
 from broker.forkserver import ForkServerError
 from broker.groups import holds, sole_exception
 from broker.limits import Limits
+from broker.netio import host_port
 from broker.process import BrokerProcesses, StartupError, interrupting_signal, run_broker
 from broker.protocol import DEFAULT_MAX_FRAME
 from broker.security import BrokerSecurity, ClientCredentials, read_secret
@@ -208,7 +209,7 @@ def cmd_net(args: argparse.Namespace) -> int:
         for broker_id in sorted(topology.brokers):
             host, port = topology.address(broker_id)
             parent = topology.brokers[broker_id].parent
-            print(f"  broker {broker_id:>3} on {host}:{port}  parent {parent or '-'}")
+            print(f"  broker {broker_id:>3} on {host_port(host, port)}  parent {parent or '-'}")
         print(READY_LINE, flush=True)
         while not stop:
             failed = procs.failed()

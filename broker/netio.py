@@ -22,6 +22,12 @@ import socket
 import trio
 
 
+def host_port(host: str, port: int) -> str:
+    """HOST:PORT as a user types it back: an IPv6 address in brackets ([::1]:7301),
+    which `hop sub` and the others take; ::1:7301 would be ambiguous."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def socket_fd(stream: trio.abc.Stream) -> int | None:
     """The file descriptor of a plain TCP stream; None for others (TLS, in memory)."""
     return stream.socket.fileno() if isinstance(stream, trio.SocketStream) else None

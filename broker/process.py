@@ -22,6 +22,7 @@ import trio
 
 from broker.forkserver import BlockingForkServer, ForkedChild, ForkServerError
 from broker.hosts import launch_command, python_on, runs_here
+from broker.netio import host_port
 from broker.probe import fetch_stats
 from broker.protocol import ProtocolError
 from broker.security import ClientCredentials
@@ -85,7 +86,7 @@ def _sigterm_at_eof() -> None:
 def _listen_problem(topology: Topology, broker_id: int, exc: OSError) -> str:
     host, port = topology.address(broker_id)
     reason = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
-    return f"broker {broker_id}: cannot listen on {host}:{port}: {reason}"
+    return f"broker {broker_id}: cannot listen on {host_port(host, port)}: {reason}"
 
 
 def unwind_on_sigterm() -> None:

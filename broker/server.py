@@ -74,7 +74,7 @@ from typing import Any
 import structlog
 import trio
 
-from broker.netio import connect_error, receive_some, socket_fd
+from broker.netio import connect_error, host_port, receive_some, socket_fd
 from broker.outage import Outage
 from broker.outgoing import Outgoing, OutQueue
 from broker.protocol import (
@@ -351,7 +351,7 @@ class Broker:
             try:
                 stream = await self._open_parent_stream(host, port)
             except OSError as exc:
-                why = str(connect_error(f"broker {parent} at {host}:{port}", exc))
+                why = str(connect_error(f"broker {parent} at {host_port(host, port)}", exc))
                 self._parent_failed("parent_unreachable", why)
                 await trio.sleep(delay * random.uniform(0.5, 1.5))
                 delay = min(delay * 2, self.config.reconnect_max_s)
@@ -374,7 +374,10 @@ class Broker:
                 if not isinstance(welcome, Welcome):
                     raise ProtocolError("unexpected", f"parent answered {welcome!r}")
             except (OSError, trio.BrokenResourceError, trio.TooSlowError, ProtocolError) as exc:
-                why = f"the handshake with broker {parent} at {host}:{port} failed: {_failure(exc)}"
+                why = (
+                    f"the handshake with broker {parent} at {host_port(host, port)} "
+                    f"failed: {_failure(exc)}"
+                )
                 self._parent_failed("parent_handshake_failed", why, at_once=True)
                 await trio.aclose_forcefully(stream)  # TLS: aclose would retry the handshake
                 await trio.sleep(delay * random.uniform(0.5, 1.5))

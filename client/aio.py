@@ -57,7 +57,7 @@ from typing import Any
 import trio
 
 from broker.groups import sole_exception
-from broker.netio import connect_error, socket_fd
+from broker.netio import connect_error, host_port, socket_fd
 from broker.outgoing import Outgoing
 from broker.protocol import (
     PROTOCOL_VERSION,
@@ -874,7 +874,7 @@ async def _open_stream(host: str, port: int, ssl_context: ssl.SSLContext | None)
     try:
         stream = await trio.open_tcp_stream(host, port)
     except OSError as exc:
-        raise connect_error(f"the broker at {host}:{port}", exc) from exc
+        raise connect_error(f"the broker at {host_port(host, port)}", exc) from exc
     if ssl_context is None:
         return stream
     return trio.SSLStream(stream, ssl_context, server_hostname=host)
@@ -906,10 +906,10 @@ async def _connect(
         return client
     if connected:
         raise TimeoutError(
-            f"connected to {host}:{port}, but no hop broker answered the handshake within "
-            f"{timeout} s (is that a hop broker's port?)"
+            f"connected to {host_port(host, port)}, but no hop broker answered the "
+            f"handshake within {timeout} s (is that a hop broker's port?)"
         )
-    raise TimeoutError(f"no connection to the broker at {host}:{port} within {timeout} s")
+    raise TimeoutError(f"no connection to the broker at {host_port(host, port)} within {timeout} s")
 
 
 @asynccontextmanager

@@ -44,7 +44,7 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, cast
 
-from broker.netio import connect_error
+from broker.netio import connect_error, host_port
 from broker.protocol import (
     PROTOCOL_VERSION,
     Bye,
@@ -357,11 +357,11 @@ class AsyncioClient(ClientCalls[AsyncioSubscription, asyncio.Future[Message]]):
             client._fail(ConnectionLost("the handshake did not complete"))
             if connected:
                 raise TimeoutError(
-                    f"connected to {host}:{port}, but no hop broker answered the handshake "
-                    f"within {timeout} s (is that a hop broker's port?)"
+                    f"connected to {host_port(host, port)}, but no hop broker answered the "
+                    f"handshake within {timeout} s (is that a hop broker's port?)"
                 ) from None
             raise TimeoutError(
-                f"no connection to the broker at {host}:{port} within {timeout} s"
+                f"no connection to the broker at {host_port(host, port)} within {timeout} s"
             ) from None
         except BaseException:
             client._fail(ConnectionLost("the handshake did not complete"))
@@ -783,9 +783,9 @@ async def _open_link(
             server_hostname=host if ssl_context is not None else None,
         )
     except ssl.SSLError as exc:  # the handshake: as the trio client's first request
-        raise lost(f"TLS with the broker at {host}:{port} failed: {exc}", exc) from exc
+        raise lost(f"TLS with the broker at {host_port(host, port)} failed: {exc}", exc) from exc
     except OSError as exc:
-        raise connect_error(f"the broker at {host}:{port}", exc) from exc
+        raise connect_error(f"the broker at {host_port(host, port)}", exc) from exc
     return link
 
 

@@ -33,6 +33,7 @@ from broker.cli import (
     secret_file,
 )
 from broker.messages import ProtocolError
+from broker.netio import host_port
 from broker.probe import fetch_stats
 from broker.protocol import ERR_LIMIT
 from broker.security import (
@@ -255,7 +256,7 @@ async def _subscribe_and_print(
         for f in filters:
             await c.subscribe(f, handler=printer.show)
         printer.settled()
-        logs.say(f"subscribed to {len(filters)} filter(s) at {host}:{port}")
+        logs.say(f"subscribed to {len(filters)} filter(s) at {host_port(host, port)}")
         with trio.CancelScope() as done:
             printer.on_done = done.cancel
             if printer.printed != printer.count:
@@ -304,7 +305,7 @@ def cmd_pub(args: argparse.Namespace) -> int:
             raise BadInput(f"{exc} (the {published} event(s) before it were published)") from None
         c.flush()
     with reader_may_leave(sys.stderr):  # (its one output: `hop pub ... 2>&1 | head -0`)
-        logs.say(f"published {published} event(s) to {host}:{port}")
+        logs.say(f"published {published} event(s) to {host_port(host, port)}")
     return EXIT_OK
 
 
@@ -383,7 +384,7 @@ def _network_stats(args: argparse.Namespace) -> int:
         except (OSError, ProtocolError) as exc:
             reason = _unanswered(exc)
             every[str(broker)] = {"error": reason}
-            logs.say(f"hop stats: broker {broker} at {host}:{port}: {reason}")
+            logs.say(f"hop stats: broker {broker} at {host_port(host, port)}: {reason}")
     with reader_may_leave(sys.stdout):
         logs.emit(json.dumps(every, indent=2, sort_keys=True))
     return EXIT_FAILURE if any("error" in stats for stats in every.values()) else EXIT_OK

@@ -30,6 +30,7 @@ from typing import Any
 import trio
 
 from broker.hosts import copy_command, launch_command, runs_here
+from broker.netio import host_port
 from broker.probe import clock_offset, fetch_stats
 from broker.process import BrokerProcesses
 from broker.protocol import ProtocolError
@@ -365,7 +366,7 @@ def _stats(study: CaseStudy, creds: ClientCredentials, broker_id: int) -> dict[s
         return fetch_stats(host, port, secret=creds.secret, ssl_context=creds.ssl_context)
     except (OSError, ProtocolError) as exc:
         raise ReplayError(
-            f"broker {broker_id} at {host}:{port}: cannot ask its stats: {exc}"
+            f"broker {broker_id} at {host_port(host, port)}: cannot ask its stats: {exc}"
         ) from None
 
 
@@ -387,7 +388,7 @@ def _attached_traces(study: CaseStudy, creds: ClientCredentials) -> dict[int, st
         if not stats.get("trace_file"):
             host, port = study.topology.address(broker_id)
             raise ReplayError(
-                f"broker {broker_id} at {host}:{port} is not tracing: start it with "
+                f"broker {broker_id} at {host_port(host, port)} is not tracing: start it with "
                 "hop broker FILE --id N --trace-dir DIR"
             )
         files[broker_id] = stats["trace_file"]

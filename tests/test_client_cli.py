@@ -22,6 +22,7 @@ import client
 from broker.cli import EXIT_BAD_INPUT, EXIT_OK
 from broker.local_network import Network
 from broker.logs import OutputFailed
+from broker.netio import host_port
 from client.cli import EventPrinter, address, json_lines, names_a_network
 from hop.cli import main as hop_main
 from hop.command import HOP, REPO, start_hop, stop
@@ -65,9 +66,11 @@ def test_client_commands_name_bad_text_and_addresses_before_connecting(
     assert said in capsys.readouterr().err
 
 
-def test_client_address_takes_ipv6_in_brackets() -> None:
+def test_client_address_takes_ipv6_in_brackets_and_messages_write_it_so() -> None:
     assert address("[::1]:7301") == ("::1", 7301)
     assert address("broker.example:7301") == ("broker.example", 7301)
+    for host in ("::1", "broker.example", "127.0.0.1"):
+        assert address(host_port(host, 7301)) == (host, 7301)  # what it says, it takes
 
 
 @pytest.mark.parametrize(
