@@ -30,6 +30,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from monitor.errors import SparkStartError
+from monitor.spark_master import check_reachable
 
 SHUFFLE_PARTITIONS = 4
 C1_ONLY = "-XX:TieredStopAtLevel=1"
@@ -115,6 +116,7 @@ def spark_session(
     if submitted:  # its log4j configuration is the submitter's; quiet once started
         conf.setIfMissing("spark.log.level", "ERROR")
         return _started(conf, master)
+    check_reachable(master)
     if master.startswith("local"):
         conf.set("spark.driver.memory", DRIVER_MEMORY)
     with tempfile.TemporaryDirectory(prefix="hop-spark-") as tmp:
@@ -224,14 +226,14 @@ def _quiet_py4j_interrupts() -> None:
 
 def _reason(exc: Exception) -> str:
     """What a failed start says: the Java exception's own line when the JVM raised it
-    (py4j's text begins with the call that failed), else the first line."""
+    (py4j's text begins with the call that failed), else the exception's; its first line
+    only, as what follows is a stack."""
     java = getattr(exc, "java_exception", None)
+    text = str(exc)
     if java is not None:
-        try:
-            return str(java.toString())
-        except Exception:  # (the JVM gone meanwhile)
-            pass
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        with contextlib.suppress(Exception):  # (the JVM gone meanwhile)
+            text = str(java.toString())  # (its first line: what the JVM's stack is of)
+    return (text.strip().splitlines() or [type(exc).__name__])[0]
 
 
 JAVA_CAUSES_MAX = 16

@@ -28,6 +28,7 @@ from broker.probe import fetch_stats
 from client.cli import attributes as _attributes
 from client.cli import value as _value
 from hop.command import HOP, run_hop, sigint_default
+from monitor.spark_master import check_reachable
 from tests.processes import (
     children,
     cmdline,
@@ -142,13 +143,47 @@ def test_hop_replay_says_why_a_broker_could_not_start(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["analyze", "validate"])
-def test_a_spark_master_of_no_form_spark_takes_exits_2(tmp_path: Path, command: str) -> None:
+@pytest.mark.parametrize(
+    ("master", "said"),
+    [
+        ("bogus://x", "expected local, local[N], spark://HOST:PORT"),
+        ("spark://nohost", "expected spark://HOST:PORT (or several, comma-separated)"),
+        ("spark://a:7077,b", "expected spark://HOST:PORT (or several, comma-separated)"),
+    ],
+)
+def test_a_spark_master_of_no_form_spark_takes_exits_2(
+    tmp_path: Path, command: str, master: str, said: str
+) -> None:
     """Spark itself would refuse it only once its JVM had started, with the JVM's stack."""
     where = ["--out", str(tmp_path / "v")] if command == "validate" else []
     target = "tree7" if command == "validate" else str(tmp_path)
-    result = run_hop(command, target, *where, "--master", "bogus://x")
+    result = run_hop(command, target, *where, "--master", master)
     assert result.returncode == 2, result.stderr
-    assert "argument --master: expected local, local[N], spark://HOST:PORT" in result.stderr
+    assert f"argument --master: {said}" in result.stderr
+
+
+def test_a_standalone_master_that_takes_no_connection_fails_a_validation_before_its_replays(
+    tmp_path: Path,
+) -> None:
+    """Spark would retry it for a minute, after every replay had run, and then fail with
+    a stopped SparkContext's stack."""
+    with socket.socket() as bound, socket.socket() as listening:
+        bound.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        refused = bound.getsockname()[1]
+        master = f"spark://127.0.0.1:{refused},127.0.0.1:{refused}"
+        run = tmp_path / "v"
+        result = run_hop("validate", "tree7", "--quick", "--out", str(run), "--master", master)
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.splitlines() == [
+            f"hop validate: Spark could not start with master {master}: cannot connect to "
+            f"127.0.0.1:{refused}: connection refused; 127.0.0.1:{refused}: connection "
+            "refused (is a Spark master running there?)"
+        ]
+        assert not run.exists()
+        check_reachable(f"spark://127.0.0.1:{refused},127.0.0.1:{listening.getsockname()[1]}")
+        check_reachable("local[2]")
 
 
 @pytest.mark.needs("java")
