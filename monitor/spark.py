@@ -30,7 +30,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from monitor.errors import SparkStartError
-from monitor.spark_master import check_reachable
+from monitor.spark_master import check_spark_start
 
 SHUFFLE_PARTITIONS = 4
 C1_ONLY = "-XX:TieredStopAtLevel=1"
@@ -116,7 +116,7 @@ def spark_session(
     if submitted:  # its log4j configuration is the submitter's; quiet once started
         conf.setIfMissing("spark.log.level", "ERROR")
         return _started(conf, master)
-    check_reachable(master)
+    check_spark_start(master)
     if master.startswith("local"):
         conf.set("spark.driver.memory", DRIVER_MEMORY)
     with tempfile.TemporaryDirectory(prefix="hop-spark-") as tmp:

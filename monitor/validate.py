@@ -42,7 +42,7 @@ from typing import Any
 from broker import logs
 from monitor.errors import InputError, check_number, made_folder, write_output
 from monitor.hostload import disturbed
-from monitor.spark_master import check_reachable
+from monitor.spark_master import check_spark_start
 from topologies import Workload, load_case_study
 
 QUICK = {"duration_s": 10.0, "warmup_s": 2.0}
@@ -217,7 +217,7 @@ def validate(
     phase_lengths(workload, 1.0, quick, duration_s, warmup_s)  # bad lengths fail before a replay
     if run_dir.is_dir() and any(run_dir.iterdir()):
         raise InputError(f"--out {run_dir} holds files already; choose an empty folder")
-    check_reachable(master)  # before the replays, which a Spark that cannot start would waste
+    check_spark_start(master)  # before the replays, which a Spark that cannot start wastes
     # Imported here, after the checks: `hop` reads CALIBRATION_FRACTIONS for its help
     # text, the other commands have no use for Spark, pyarrow, pandas and matplotlib,
     # and a mistyped option is refused without the second their imports take.

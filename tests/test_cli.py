@@ -28,7 +28,8 @@ from broker.probe import fetch_stats
 from client.cli import attributes as _attributes
 from client.cli import value as _value
 from hop.command import HOP, run_hop, sigint_default
-from monitor.spark_master import check_reachable
+from monitor.errors import SparkStartError
+from monitor.spark_master import check_reachable, check_spark_start, java_problem
 from tests.processes import (
     children,
     cmdline,
@@ -184,6 +185,45 @@ def test_a_standalone_master_that_takes_no_connection_fails_a_validation_before_
         assert not run.exists()
         check_reachable(f"spark://127.0.0.1:{refused},127.0.0.1:{listening.getsockname()[1]}")
         check_reachable("local[2]")
+
+
+@pytest.mark.parametrize(
+    ("version", "said"),
+    [
+        ('openjdk version "17.0.15" 2025-04-15', None),
+        ('openjdk version "21" 2023-09-19', None),
+        ('openjdk version "11.0.2" 2019-01-15', "is Java 11"),
+        ('java version "1.8.0_292"', "is Java 8"),
+        (None, "JAVA_HOME ({home}) holds no bin/java"),
+    ],
+    ids=["17", "21", "11", "8", "none"],
+)
+def test_the_java_spark_would_launch_is_checked_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str | None, said: str | None
+) -> None:
+    """Spark would say only that its gateway exited, or print a page of
+    UnsupportedClassVersionError; `hop validate` would have run its replays first."""
+    home = tmp_path / "jdk"
+    if version is not None:
+        (home / "bin").mkdir(parents=True)
+        java = home / "bin" / "java"
+        java.write_text(f"#!/bin/sh\necho '{version}' >&2\n")
+        java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    if said is None:
+        assert java_problem() is None
+        return
+    problem = java_problem()
+    assert problem is not None and said.format(home=home) in problem
+    assert problem.startswith("it needs Java 17 or later, and ")
+    with pytest.raises(SparkStartError, match="^Spark cannot start: it needs Java 17"):
+        check_spark_start("local[2]")
+
+
+def test_no_java_on_the_path_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert java_problem() == "it needs Java 17 or later, and no java on the PATH"
 
 
 @pytest.mark.needs("java")
