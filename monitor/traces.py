@@ -123,13 +123,19 @@ def _empty_window(manifest: dict[str, Any], names: tuple[str, ...]) -> str | Non
     return None
 
 
+def traces_of(run_dir: Path) -> Path:
+    """Where a folder's trace files are: RUN_DIR/traces/ of a replay's run, the folder
+    itself for brokers' traces (`is_broker_trace_folder`)."""
+    return run_dir if is_broker_trace_folder(run_dir) else run_dir / "traces"
+
+
 def trace_files(run_dir: Path, table: str) -> list[Path]:
-    return sorted((run_dir / "traces").glob(f"{table}-*.arrow"))
+    return sorted(traces_of(run_dir).glob(f"{table}-*.arrow"))
 
 
 BROKER_TRACES = (
-    "brokers' traces (--trace-dir) without a replay's manifest: hop analyze reads them, "
-    "a prediction or a report needs a replay's run folder (hop replay, or hop replay "
+    "brokers' traces (--trace-dir) without a replay's manifest: hop analyze and hop report "
+    "read them, a prediction needs a replay's run folder (hop replay, or hop replay "
     "--attach to drive brokers already running)"
 )
 
@@ -170,8 +176,8 @@ def read_file(path: Path, table: str) -> tuple[list[pa.RecordBatch], str | None]
 
 
 def count_rows(run_dir: Path, table: str) -> int:
-    """The rows of `table` in RUN_DIR/traces/ that `read_table` would read (the files
-    are memory-mapped: only the batches' headers are read)."""
+    """The rows of `table` in the folder's traces (`traces_of`) that `read_table` reads
+    (the files are memory-mapped: only the batches' headers are read)."""
     return sum(
         batch.num_rows
         for path in trace_files(run_dir, table)
@@ -180,12 +186,13 @@ def count_rows(run_dir: Path, table: str) -> int:
 
 
 def read_table(run_dir: Path, table: str) -> TraceRead:
-    """All rows of `table` (hops, deliveries, publications) in RUN_DIR/traces/."""
+    """All rows of `table` (hops, deliveries, publications) in the folder's traces
+    (`traces_of`: RUN_DIR/traces/, or a brokers' trace folder itself)."""
     if table not in SCHEMAS:
         raise TraceError(f"unknown trace table {table!r}; known: {sorted(SCHEMAS)}")
     files = trace_files(run_dir, table)
     if not files:
-        raise TraceError(f"{run_dir / 'traces'}: no {table} trace files ({table}-*.arrow)")
+        raise TraceError(f"{traces_of(run_dir)}: no {table} trace files ({table}-*.arrow)")
     batches: list[pa.RecordBatch] = []
     problems = []
     for path in files:

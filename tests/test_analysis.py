@@ -552,11 +552,28 @@ def test_a_brokers_trace_folder_is_analysed_over_all_it_recorded(
         assert row["throughput"] == pytest.approx(row["arrivals"] / summary["window"]["seconds"])
     assert output(folder, "latency") == []  # no subscriber recorded
 
-    needs_a_run = "brokers' traces .*: hop analyze reads them, a prediction or a report needs"
-    with pytest.raises(TraceError, match=needs_a_run):
+    with pytest.raises(TraceError, match="brokers' traces .*, a prediction needs a replay's run"):
         predict(folder)
-    with pytest.raises(ReportError, match=needs_a_run):
-        render(folder)
+    html_path, md_path, sentence = render(folder)
+    assert (html_path, md_path) == (folder / "report.html", folder / "report.md")
+    assert sentence == (
+        "The brokers recorded 6 events from 2 publisher(s) in 2 class(es) over "
+        f"{summary['window']['seconds']:.3g} s, routed by 5 broker(s); the busiest, broker 1, "
+        f"routed {4 / summary['window']['seconds']:.1f} events/s with 0.011 % of a core. "
+        "Nothing is predicted and no latency measured: no subscriber recorded here."
+    )
+    page = md_path.read_text()
+    assert page.startswith("# hop trace report: brokers\n")
+    assert "| hop rows | 19 in 5 file(s) |" in page
+    sections = [line for line in page.splitlines() if line.startswith("## ")]
+    assert sections == [
+        "## Broker throughput",
+        "## Visit ratios",
+        "## Routing probabilities",
+        "## Most frequent dissemination trees",
+        "## Service times per broker",
+    ]
+    assert html_path.read_text().count("<img alt=") == 3
 
 
 def test_the_tables_go_where_out_says_leaving_the_run_folder_untouched(
@@ -580,6 +597,18 @@ def test_the_tables_go_where_out_says_leaving_the_run_folder_untouched(
     in_the_way.write_text("")
     assert main([str(run), "--out", str(in_the_way)]) == 2
     assert f"--out: cannot make the folder {in_the_way}" in capsys.readouterr().err
+
+
+def test_hop_report_of_a_brokers_trace_folder_not_yet_analysed_names_the_command(
+    tmp_path: Path,
+) -> None:
+    run = write_run(tmp_path / "run", EVENTS)
+    folder = tmp_path / "brokers"
+    shutil.copytree(
+        run / "traces", folder, ignore=shutil.ignore_patterns("deliveries-*", "publications-*")
+    )
+    with pytest.raises(ReportError, match=f"is missing: run `hop analyze {folder}` first"):
+        render(folder)
 
 
 def test_a_brokers_trace_folder_without_its_publishers_home_brokers_is_refused(

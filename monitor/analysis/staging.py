@@ -75,7 +75,7 @@ def stage_broker_traces(folder: Path, root: Path) -> Staged:
     time the moment that broker read it (a replay's publishers record theirs a few
     microseconds earlier). The deliveries table is empty: no subscriber recorded.
     """
-    files = {"hops": sorted(folder.glob("hops-*.arrow")), "deliveries": [], "publications": []}
+    files = {"hops": trace_files(folder, "hops"), "deliveries": [], "publications": []}
     return _stage(files, root, folder, publications_from_hops=True)
 
 

@@ -4,13 +4,14 @@ Input is either a `hop validate` folder (``calibration/`` characterized at low l
 and holding the predictions for the target workload, ``measurement/`` replayed
 at the target workload, and with ``validation.json`` the further repetitions, whose
 medians, intervals and spread `monitor.repeats` computes) or a single replay folder
-(its characterization alone, and its own predictions if `hop predict` ran on it).
+(its characterization alone, and its own predictions if `hop predict` ran on it), or
+a brokers' trace folder (`recording`: what the network did, nothing predicted).
 Output: ``report.html`` (self-contained: figures are inline PNGs, styles inline,
 nothing fetched) and ``report.md`` with the same tables.
 
 `inputs` reads and checks the folders' files, `comparison` joins predictions with
-measurements, `figures` draws, `text` words the summary and the sections, and `page`
-writes both files (`render`).
+measurements, `figures` draws, `text` words the summary and the sections, `page` and
+`recording` compose them (`render`), and `document` writes both files.
 """
 
 from monitor.report.inputs import ReportError

@@ -84,13 +84,15 @@ def _parents(run: Run) -> dict[str, str | None]:
 
 def figure_routing_heatmap(run: Run) -> str:
     """Routing probabilities over all classes: forwards i->j / arrivals at i. Every
-    broker of the network has its row and column, blank where nothing was forwarded
-    (a run whose events crossed no link has only blanks)."""
+    broker of a replay's network has its row and column, blank where nothing was
+    forwarded (a run whose events crossed no link has only blanks); a brokers' trace
+    folder, without the network's file, shows the brokers that forwarded or received."""
     rp = run.tables["routing_probabilities"]
     grouped = rp.groupby(["from_broker", "to_broker"], as_index=False)[
         ["forwarded", "arrived"]
     ].sum()
-    brokers = set(_parents(run)) | set(grouped["from_broker"]) | set(grouped["to_broker"])
+    network = set(_parents(run)) if run.manifest else set()  # (a trace folder has no file)
+    brokers = network | set(grouped["from_broker"]) | set(grouped["to_broker"])
     names = sorted(brokers, key=natural_order)
     index = {b: i for i, b in enumerate(names)}
     matrix = np.full((len(names), len(names)), np.nan)

@@ -14,7 +14,9 @@ import pandas as pd
 from monitor.errors import InputError
 from monitor.runfiles import (
     AMOUNT,
+    COUNT,
     FLAG,
+    NS,
     TABLE,
     TEXT,
     Field,
@@ -98,6 +100,12 @@ Parquet)."""
 SUMMARY_FIELDS = {  # `hop analyze`'s summary.json: what it could not read or reconcile
     "problems": Field(list_of(TEXT), optional=True),
     "warnings": Field(list_of(TEXT), optional=True),
+    # what a brokers' trace folder's report says of its recording
+    "window.start_ns": Field(NS),
+    "window.end_ns": Field(NS),
+    "used.events": Field(COUNT),
+    "used.hops": Field(COUNT),
+    "trace_files.hops": Field(COUNT),
 }
 
 
@@ -138,7 +146,8 @@ VALIDATION_FIELDS = {  # `hop validate`'s validation.json (`monitor.validate`)
 
 @dataclass
 class Run:
-    """One replay folder: its manifest and its analysis tables."""
+    """One replay folder: its manifest and its analysis tables; or a brokers' trace
+    folder, which has no manifest (empty) and no predictions."""
 
     path: Path
     manifest: dict[str, Any]
@@ -152,16 +161,12 @@ class Run:
         if not (path / "manifest.json").exists():
             raise ReportError(f"{path}: no manifest.json (not a replay folder)")
         manifest = read_manifest(path, HEADER)
-        analysis = path / "analysis"
-        tables = {}
-        for name, columns in TABLES.items():
-            table_path = analysis / f"{name}.parquet"
-            if not table_path.exists():
-                raise ReportError(f"{table_path} is missing: run `hop analyze {path}` first")
-            tables[name] = read_parquet(
-                table_path, columns, ReportError, f"run `hop analyze {path}` again"
-            )
-        return cls(path, manifest, tables, predictions_of(path))
+        return cls(path, manifest, _analysis_tables(path), predictions_of(path))
+
+    @classmethod
+    def load_recording(cls, folder: Path) -> Run:
+        """A brokers' trace folder (`is_broker_trace_folder`) and its analysis."""
+        return cls(folder, {}, _analysis_tables(folder), None)
 
     def brokers(self) -> pd.DataFrame:
         """Per-broker totals over event types."""
@@ -176,6 +181,30 @@ class Run:
 
     def latency(self) -> pd.DataFrame:
         return self.tables["latency"]
+
+
+def _analysis_tables(path: Path) -> dict[str, pd.DataFrame]:
+    """`hop analyze`'s tables in PATH/analysis, each with the columns the report uses."""
+    tables = {}
+    for name, columns in TABLES.items():
+        table_path = path / "analysis" / f"{name}.parquet"
+        if not table_path.exists():
+            raise ReportError(f"{table_path} is missing: run `hop analyze {path}` first")
+        tables[name] = read_parquet(
+            table_path, columns, ReportError, f"run `hop analyze {path}` again"
+        )
+    return tables
+
+
+def analysis_summary(path: Path, fields: Sequence[str]) -> dict[str, Any] | None:
+    """`hop analyze`'s PATH/analysis/summary.json, its `fields` (of `SUMMARY_FIELDS`)
+    checked; None if there is none."""
+    summary_path = path / "analysis" / "summary.json"
+    if not summary_path.exists():
+        return None
+    return read_checked_json(
+        summary_path, ReportError, "hop analyze writes it", SUMMARY_FIELDS, fields
+    )
 
 
 @dataclass
@@ -233,13 +262,9 @@ def trace_findings(layout: Layout) -> pd.DataFrame | None:
     analysis summaries; None when there is nothing to say."""
     rows = []
     for label, path in layout.labelled():
-        summary_path = path / "analysis" / "summary.json"
-        if summary_path.exists():
-            summary = read_checked_json(
-                summary_path, ReportError, "hop analyze writes it", SUMMARY_FIELDS, SUMMARY_FIELDS
-            )
-            rows += [(label, "problem", line) for line in summary.get("problems", [])]
-            rows += [(label, "warning", line) for line in summary.get("warnings", [])]
+        summary = analysis_summary(path, ("problems", "warnings")) or {}
+        rows += [(label, "problem", line) for line in summary.get("problems", [])]
+        rows += [(label, "warning", line) for line in summary.get("warnings", [])]
     return pd.DataFrame(rows, columns=["run", "kind", "what"]) if rows else None
 
 
