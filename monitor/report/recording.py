@@ -10,13 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from monitor.report.document import write_page
-from monitor.report.figures import (
-    figure_routing_heatmap,
-    figure_service_times,
-    figure_visit_ratios,
-)
 from monitor.report.inputs import ReportError, Run, analysis_summary
-from monitor.report.text import Section, percent_text
+from monitor.report.text import Section, characterization_sections, percent_text
 
 RECORDING = ("window.start_ns", "window.end_ns", "used.events", "used.hops", "trace_files.hops")
 """The summary fields the report reads, besides the problems and warnings."""
@@ -42,22 +37,7 @@ def render_recording(folder: Path) -> tuple[Path, Path, str]:
     sentence = _sentence(run, summary, brokers)
     sections = [
         Section("Broker throughput", table=brokers),
-        Section(
-            "Visit ratios",
-            "Solved from the routing probabilities vs counted per publication (they agree "
-            "when routing is a per-hop random process).",
-            image=figure_visit_ratios(run),
-        ),
-        Section("Routing probabilities", image=figure_routing_heatmap(run)),
-        Section(
-            "Most frequent dissemination trees",
-            table=run.tables["trees"].sort_values("events", ascending=False).head(12),
-        ),
-        Section(
-            "Service times per broker",
-            "CPU time spent routing one event.",
-            image=figure_service_times(run),
-        ),
+        *characterization_sections(run),
     ]
     findings = [("problem", line) for line in summary.get("problems", [])] + [
         ("warning", line) for line in summary.get("warnings", [])

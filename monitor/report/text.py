@@ -249,24 +249,31 @@ def build_sections(
             "Measured delivery latencies, and simulated ones when a simulation ran.",
             image=figure_latency_cdf(measured, simulated),
         ),
+    ]
+    return sections + characterization_sections(measured)
+
+
+def characterization_sections(run: Run) -> list[Section]:
+    """The run's routing and service times as the analysis found them: what every
+    report shows of the folder it was made for."""
+    return [
         Section(
             "Visit ratios",
             "Solved from the routing probabilities vs counted per "
             "publication (they agree when routing is a per-hop random process).",
-            image=figure_visit_ratios(measured),
+            image=figure_visit_ratios(run),
         ),
-        Section("Routing probabilities", image=figure_routing_heatmap(measured)),
+        Section("Routing probabilities", image=figure_routing_heatmap(run)),
         Section(
             "Most frequent dissemination trees",
-            table=measured.tables["trees"].sort_values("events", ascending=False).head(12),
+            table=run.tables["trees"].sort_values("events", ascending=False).head(12),
         ),
         Section(
             "Service times per broker",
             "CPU time spent routing one event.",
-            image=figure_service_times(measured),
+            image=figure_service_times(run),
         ),
     ]
-    return sections
 
 
 TRACE_FINDINGS_TEXT = (
