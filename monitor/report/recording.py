@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -50,10 +51,10 @@ def render_recording(folder: Path) -> tuple[Path, Path, str]:
             "findings, listed in the report)."
         )
     title = f"hop trace report: {folder.resolve().name}"
-    return write_page(folder, title, sentence, _header(folder, summary, run), sections)
+    return write_page(folder, title, sentence, _header(folder, summary, brokers), sections)
 
 
-def _sentence(run: Run, summary: dict, brokers: pd.DataFrame) -> str:
+def _sentence(run: Run, summary: dict[str, Any], brokers: pd.DataFrame) -> str:
     visits = run.tables["visit_ratios"]
     publishers = visits["publisher"].nunique()
     classes = len(visits[["event_type", "publisher"]].drop_duplicates())
@@ -73,7 +74,7 @@ def _sentence(run: Run, summary: dict, brokers: pd.DataFrame) -> str:
     return said + ". Nothing is predicted and no latency measured: no subscriber recorded here."
 
 
-def _header(folder: Path, summary: dict, run: Run) -> pd.DataFrame:
+def _header(folder: Path, summary: dict[str, Any], brokers: pd.DataFrame) -> pd.DataFrame:
     window = summary["window"]
 
     def utc(ns: int) -> str:
@@ -89,6 +90,6 @@ def _header(folder: Path, summary: dict, run: Run) -> pd.DataFrame:
         ),
         ("events", str(summary["used"]["events"])),
         ("hop rows", f"{summary['used']['hops']} in {summary['trace_files']['hops']} file(s)"),
-        ("brokers", ", ".join(run.brokers()["broker"])),
+        ("brokers", ", ".join(brokers["broker"])),
     ]
     return pd.DataFrame(rows, columns=["", "value"])
