@@ -189,7 +189,10 @@ def _analysis_tables(path: Path) -> dict[str, pd.DataFrame]:
     for name, columns in TABLES.items():
         table_path = path / "analysis" / f"{name}.parquet"
         if not table_path.exists():
-            raise ReportError(f"{table_path} is missing: run `hop analyze {path}` first")
+            raise ReportError(
+                f"{table_path} is missing: run `hop analyze {path}` first (without --out, "
+                "which writes the tables elsewhere)"
+            )
         tables[name] = read_parquet(
             table_path, columns, ReportError, f"run `hop analyze {path}` again"
         )
