@@ -550,7 +550,25 @@ def test_a_brokers_trace_folder_is_analysed_over_all_it_recorded(
     for key, row in keyed(folder, "brokers").items():
         assert row["cpu_total_ns"] == keyed(whole, "brokers")[key]["cpu_total_ns"]
         assert row["throughput"] == pytest.approx(row["arrivals"] / summary["window"]["seconds"])
-    assert output(folder, "latency") == []  # no subscriber recorded
+    # no subscriber recorded: the brokers' part, from the home broker's read (1 ms after
+    # publication here) to the delivering broker's sends (write_run's t_done_ns)
+    through: dict[tuple[str, str], list[tuple[float, int, str, str]]] = defaultdict(list)
+    for e in EVENTS:
+        for h in e.hops:
+            path = path_to(e, h.broker)
+            done = e.t_publish_ns + len(path) * MS + 10_000 + h.cpu_ns + 20_000
+            for subscriber in h.delivered_to:
+                took = (done - e.t_publish_ns - MS) / 1e6
+                through[(e.publisher, subscriber)].append((took, len(path), path[0], h.broker))
+    assert summary["latency_from"] == "the home broker's read to the delivering broker's sends"
+    latency = keyed(folder, "latency")
+    assert latency.keys() == through.keys()
+    for pair, rows in through.items():
+        got = latency[pair]
+        assert got["deliveries"] == len(rows)
+        assert got["mean_ms"] == pytest.approx(np.mean([r[0] for r in rows]), rel=1e-9)
+        assert (got["hops"], got["hops_min"]) == (max(r[1] for r in rows), min(r[1] for r in rows))
+        assert (got["publisher_broker"], got["subscriber_broker"]) == rows[0][2:]
 
     with pytest.raises(TraceError, match="brokers' traces .*, a prediction needs a replay's run"):
         predict(folder)
@@ -560,7 +578,7 @@ def test_a_brokers_trace_folder_is_analysed_over_all_it_recorded(
         "The brokers recorded 6 events from 2 publisher(s) in 2 class(es) over "
         f"{summary['window']['seconds']:.3g} s, routed by 5 broker(s); the busiest, broker 1, "
         f"routed {4 / summary['window']['seconds']:.1f} events/s with 0.011 % of a core. "
-        "Nothing is predicted and no latency measured: no subscriber recorded here."
+        "Nothing is predicted, and latency is the brokers' part only: no client recorded here."
     )
     page = md_path.read_text()
     assert page.startswith("# hop trace report: brokers\n")
@@ -568,6 +586,7 @@ def test_a_brokers_trace_folder_is_analysed_over_all_it_recorded(
     sections = [line for line in page.splitlines() if line.startswith("## ")]
     assert sections == [
         "## Broker throughput",
+        "## Latency through the brokers",
         "## Visit ratios",
         "## Routing probabilities",
         "## Most frequent dissemination trees",
@@ -694,6 +713,10 @@ def test_the_traces_of_a_network_run_by_hand_are_analysed(spark: Any, tmp_path: 
         ("offer", ["7", "3", "1", "2", "4"], 1.0)
     ]
     assert {r["publisher"] for r in visits.values()} == {"seller"}
+    (through,) = output(traces, "latency")  # the brokers' part: no client recorded
+    assert (through["publisher"], through["subscriber"]) == ("seller", "watcher")
+    assert (through["deliveries"], through["hops"], through["publisher_broker"]) == (30, 5, "7")
+    assert 0 < through["p50_ms"] < 1000
 
 
 @pytest.mark.needs("immutable_folders")

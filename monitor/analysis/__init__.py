@@ -5,8 +5,9 @@ published in the window (see `window`), and writes Parquet under RUN_DIR/analysi
 a class is (event_type, publisher). RUN_DIR may also be a brokers' trace folder
 (``--trace-dir`` of `hop net` or `hop broker`, no manifest): its hops files are read,
 the publications taken from them, and the window is all they recorded (from the first
-publication to the end of the last routing); its latency table is empty, as no
-subscriber recorded there.
+publication to the end of the last routing); its latency is the brokers' part of it
+(from the home broker's read to the delivering broker's sends), as no client recorded
+there.
 
 routing_probabilities.parquet, one row per class x (from_broker, to_broker) edge used:
     forwarded, arrived (events of the class at from_broker), probability = their ratio
@@ -87,6 +88,8 @@ __all__ = ["TOLERANCE", "TraceError", "analyze", "findings", "main"]
 
 TOLERANCE = 0.05  # solved vs counted visit ratios further apart than this are reported
 STAGED = "staged_traces"
+LATENCY_END_TO_END = "publication to delivery, at the clients"
+LATENCY_AT_BROKERS = "the home broker's read to the delivering broker's sends"
 SORT = {
     "routing_probabilities": [*queries.CLASS, "from_broker", "to_broker"],
     "visit_ratios": [*queries.CLASS, "broker"],
@@ -142,7 +145,9 @@ def analyze(
         say(f"starting Spark ({master or 'local[*]'})")
         spark = spark_session(master, java_options=jit_options(staged.rows["hops"]))
     with stopped_at_end(spark) if own_session else contextlib.nullcontext():
-        hops, solve_warnings = _write_tables(spark, staged.root, span, out, timings, say)
+        hops, solve_warnings = _write_tables(
+            spark, staged.root, span, out, timings, say, latency_at_brokers=run_span is None
+        )
         master_url = spark.sparkContext.master
         jit = session_jit(spark)
     visit_ratios = pq.read_table(local_path(out / "visit_ratios.parquet")).to_pylist()
@@ -162,6 +167,7 @@ def analyze(
             "end_ns": span.end_ns,
             "seconds": span.seconds,
         },
+        "latency_from": LATENCY_AT_BROKERS if run_span is None else LATENCY_END_TO_END,
         "trace_files": staged.files,
         "trace_rows": staged.rows,
         "used": {"events": events, "hops": hops},
@@ -198,13 +204,14 @@ def _write_tables(
     out: Path,
     timings: dict[str, float],
     say: Callable[[str], None],
+    latency_at_brokers: bool,
 ) -> tuple[int, list[str]]:
     """Compute the tables and write each to OUT/NAME.parquet, timing each step; the
     window's hop rows and the warnings. What was cached is unpersisted at the end."""
     cached: list[DataFrame] = []
     try:
         t = time.perf_counter()
-        tables, hops, warnings = _characterize(spark, root, span, cached)
+        tables, hops, warnings = _characterize(spark, root, span, cached, latency_at_brokers)
         timings["solve_s"] = round(time.perf_counter() - t, 3)
         say(f"counted routing decisions and solved the visit ratios ({timings['solve_s']} s)")
         for name, df in tables.items():
@@ -223,11 +230,23 @@ def _write_tables(
 
 
 def _characterize(
-    spark: SparkSession, root: Path, window: Window, cached: list[DataFrame]
+    spark: SparkSession,
+    root: Path,
+    window: Window,
+    cached: list[DataFrame],
+    latency_at_brokers: bool,
 ) -> tuple[dict[str, DataFrame], int, list[str]]:
     """The six tables as DataFrames, the number of hops in the window, and the problems
-    of the visit-ratio solves. Small tables used several times go into `cached`."""
-    traces = queries.in_window(queries.load(spark, root), window)
+    of the visit-ratio solves. Small tables used several times go into `cached`. With
+    `latency_at_brokers` (a brokers' trace folder, where no subscriber recorded), the
+    latency is the brokers' part of it (`queries.deliveries_at_brokers`)."""
+    loaded = queries.load(spark, root)
+    traces = queries.in_window(loaded, window)
+    deliveries = (
+        queries.deliveries_at_brokers(loaded.hops, traces.publications)
+        if latency_at_brokers
+        else traces.deliveries
+    )
     per_class = queries.publications_per_class(traces.publications, window)
     decisions = queries.decisions(traces.hops)
     cached += [per_class.persist(), decisions.persist()]
@@ -243,7 +262,7 @@ def _characterize(
         "paths": queries.paths(shapes, per_class),
         "trees": queries.independent_shares(queries.trees(shapes, per_class), routing),
         "brokers": queries.brokers(decisions, traces.hops, window),
-        "latency": queries.latency(traces.deliveries),
+        "latency": queries.latency(deliveries),
     }
     return tables, hops, warnings
 

@@ -78,10 +78,38 @@ def in_window(traces: Traces, window: Window) -> Traces:
         "publisher",
         "subscriber",
         "broker",
-        "path",
+        F.size("path").alias("hops"),
+        F.col("path")[0].alias("publisher_broker"),
         ((F.col("t_deliver_ns") - F.col("t_publish_ns")) / 1e6).alias("latency_ms"),
     )
     return Traces(hops, deliveries, publications)
+
+
+def deliveries_at_brokers(hops: DataFrame, publications: DataFrame) -> DataFrame:
+    """A brokers' trace folder's stand-in for the subscribers' deliveries, shaped as
+    `in_window` shapes theirs: each local delivery of a hop row whose event is in
+    `publications` (the window's), timed from the event's read at its home broker
+    (its publication time there) to the delivering broker's sends (`t_done_ns`). It
+    leaves out the two client links and the subscriber's decoding."""
+    sent = hops.where(F.size("delivered_to") > 0).select(
+        "event_id",
+        "publisher",
+        "broker",
+        (F.col("hops_before") + 1).alias("hops"),
+        F.explode("delivered_to").alias("subscriber"),
+        "t_done_ns",
+    )
+    published = publications.select(
+        "event_id", F.col("broker").alias("publisher_broker"), "t_publish_ns"
+    )
+    return sent.join(published, "event_id").select(
+        "publisher",
+        "subscriber",
+        "broker",
+        "hops",
+        "publisher_broker",
+        ((F.col("t_done_ns") - F.col("t_publish_ns")) / 1e6).alias("latency_ms"),
+    )
 
 
 def publications_per_class(publications: DataFrame, window: Window) -> DataFrame:
@@ -358,7 +386,8 @@ def _route(tree: str, home: str, target: str) -> Column:
 
 
 def latency(deliveries: DataFrame) -> DataFrame:
-    """Per (publisher, subscriber): end-to-end delivery latency (publish to delivery).
+    """Per (publisher, subscriber): delivery latency, end to end (publish to delivery)
+    or through the brokers (`deliveries_at_brokers`).
 
     `hops` counts the brokers on the delivery path, both ends included (`hops_min`
     differs only if the pair's events took paths of different lengths).
@@ -371,9 +400,9 @@ def latency(deliveries: DataFrame) -> DataFrame:
             F.avg(ms).alias("mean_ms"),
             F.percentile_approx(ms, [0.5, 0.9, 0.99], ACCURACY).alias("pct"),
             F.stddev_pop(ms).alias("std_ms"),
-            F.max(F.size("path")).alias("hops"),
-            F.min(F.size("path")).alias("hops_min"),
-            F.min(F.col("path")[0]).alias("publisher_broker"),
+            F.max("hops").alias("hops"),
+            F.min("hops").alias("hops_min"),
+            F.min("publisher_broker").alias("publisher_broker"),
             F.min("broker").alias("subscriber_broker"),
         )
         .select(

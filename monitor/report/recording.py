@@ -1,6 +1,6 @@
 """The report of a brokers' trace folder (`hop net --trace-dir`, analysed by `hop
-analyze`): what the network did while it recorded, with nothing predicted and no
-latency (no subscriber recorded there)."""
+analyze`): what the network did while it recorded, with nothing predicted and only the
+brokers' part of the latency (no client recorded there)."""
 
 from __future__ import annotations
 
@@ -38,6 +38,13 @@ def render_recording(folder: Path) -> tuple[Path, Path, str]:
     sentence = _sentence(run, summary, brokers)
     sections = [
         Section("Broker throughput", table=brokers),
+        Section(
+            "Latency through the brokers",
+            "From an event's read at its home broker to the delivering broker's sends, per "
+            "publisher and subscriber: the brokers' part of the delivery latency, without "
+            "the two client links (no client recorded here).",
+            table=run.latency(),
+        ),
         *characterization_sections(run),
     ]
     findings = [("problem", line) for line in summary.get("problems", [])] + [
@@ -71,7 +78,9 @@ def _sentence(run: Run, summary: dict[str, Any], brokers: pd.DataFrame) -> str:
             f"{busiest['throughput']:.1f} events/s with "
             f"{percent_text(busiest['utilization'] * 100)} % of a core"
         )
-    return said + ". Nothing is predicted and no latency measured: no subscriber recorded here."
+    return said + (
+        ". Nothing is predicted, and latency is the brokers' part only: no client recorded here."
+    )
 
 
 def _header(folder: Path, summary: dict[str, Any], brokers: pd.DataFrame) -> pd.DataFrame:
