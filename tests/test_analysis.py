@@ -37,6 +37,7 @@ from monitor.analysis.staging import (
     several_runs,
     stage_broker_traces,
     stage_traces,
+    staged_publications,
 )
 from monitor.errors import OutputError
 from monitor.predict import predict
@@ -649,15 +650,13 @@ def test_event_ids_published_more_than_once_are_told_per_publisher(tmp_path: Pat
     ]
     run = write_run(tmp_path / "run", EVENTS + again)
     staged = stage_traces(run, tmp_path / "staged")
-    assert repeated_event_ids(staged.root) == [
+    assert repeated_event_ids(staged_publications(staged.root)) == [
         "publisher 'pubA': 2 event id(s) published more than once (clients sharing the "
         "name, or one started again); the events of one id are taken for one, so their "
         "trees and paths merge"
     ]
-    assert (
-        repeated_event_ids(stage_traces(write_run(tmp_path / "once", EVENTS), staged.root).root)
-        == []
-    )
+    once = stage_traces(write_run(tmp_path / "once", EVENTS), staged.root)
+    assert repeated_event_ids(staged_publications(once.root)) == []
 
 
 def test_a_brokers_trace_folder_of_several_recordings_is_told(tmp_path: Path) -> None:
@@ -670,11 +669,12 @@ def test_a_brokers_trace_folder_of_several_recordings_is_told(tmp_path: Path) ->
             row["run_id"] = "later" if row["broker"] == "3" else row["run_id"]
         write_stream(folder / path.name, rows, HOPS, 100)
     staged = stage_broker_traces(folder, tmp_path / "staged")
-    assert several_runs(staged.root) == [
+    assert several_runs(staged_publications(staged.root)) == [
         "the traces hold 2 run ids ('hand', 'later'), read as one recording whose rates "
         "span them all, gaps included; give each recording its own --trace-dir folder"
     ]
-    assert several_runs(stage_broker_traces(run / "traces", staged.root).root) == []
+    one_run = stage_broker_traces(run / "traces", staged.root)
+    assert several_runs(staged_publications(one_run.root)) == []
 
 
 @pytest.mark.integration

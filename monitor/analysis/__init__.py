@@ -68,6 +68,7 @@ from monitor.analysis.staging import (
     several_runs,
     stage_broker_traces,
     stage_traces,
+    staged_publications,
 )
 from monitor.analysis.visits import ClassRouting, solve_visit_ratios
 from monitor.analysis.window import WINDOWS, Window, recording_window, run_window
@@ -131,13 +132,15 @@ def analyze(
     out = run_dir / "analysis" if out is None else made_folder(Path(out), "--out")
     if run_span is None:
         staged = stage_broker_traces(run_dir, out / STAGED)
-        span = recording_window(staged.root, run_dir)
-        warnings = several_runs(staged.root)
+        published = staged_publications(staged.root)
+        span = recording_window(published, staged.root, run_dir)
+        warnings = several_runs(published)
     else:
         staged = stage_traces(run_dir, out / STAGED)
+        published = staged_publications(staged.root)
         span = run_span
         warnings = []
-    warnings += repeated_event_ids(staged.root)
+    warnings += repeated_event_ids(published)
     timings = {"stage_s": round(time.perf_counter() - started, 3)}
     say(f"staged {staged.rows['hops']} hop rows as Parquet ({timings['stage_s']} s)")
     own_session = spark is None

@@ -162,13 +162,18 @@ def publications_of(hops: pa.Table) -> pa.Table:
     return pa.table(columns, schema=PUBLICATIONS)
 
 
-def repeated_event_ids(root: Path) -> list[str]:
+def staged_publications(root: Path) -> pa.Table:
+    """The staged publications' columns that the checks below and the recording's
+    window read, read once."""
+    return ds.dataset(local_path(root / "publications")).to_table(
+        columns=["run_id", "publisher", "event_id", "t_publish_ns"]
+    )
+
+
+def repeated_event_ids(published: pa.Table) -> list[str]:
     """A line per publisher whose event ids in the staged publications repeat: clients
     sharing a name, or one that started again and counted its events from 1 anew. The
     analysis takes the events of one id for one event, so their trees and paths merge."""
-    published = ds.dataset(local_path(root / "publications")).to_table(
-        columns=["publisher", "event_id"]
-    )
     counts = published.group_by(["publisher", "event_id"]).aggregate([([], "count_all")])
     repeated = counts.filter(pc.greater(counts["count_all"], 1))
     per_publisher = repeated.group_by("publisher").aggregate([([], "count_all")])
@@ -180,12 +185,11 @@ def repeated_event_ids(root: Path) -> list[str]:
     ]
 
 
-def several_runs(root: Path) -> list[str]:
+def several_runs(published: pa.Table) -> list[str]:
     """A line if the staged publications carry more than one run id: a brokers' trace
     folder that several recordings wrote into (`--run-id` differed), read as one, its
     rates over the span from the first to the last, gaps included."""
-    run_ids = ds.dataset(local_path(root / "publications")).to_table(columns=["run_id"])
-    names = sorted(pc.unique(run_ids["run_id"]).to_pylist())
+    names = sorted(pc.unique(published["run_id"]).to_pylist())
     if len(names) < 2:
         return []
     return [

@@ -46,22 +46,19 @@ def run_window(run_dir: Path, name: str = "measure") -> Window:
     return Window(name, start, end)
 
 
-def recording_window(staged: Path, folder: Path) -> Window:
+def recording_window(published: pa.Table, staged: Path, folder: Path) -> Window:
     """The window `all` of a brokers' trace folder, which has no manifest: from its
-    first publication to the end of the last routing any broker recorded, read from
-    the traces staged under `staged` (Parquet). A publication's time is when its home
-    broker read it, shared by all events of one read, so a burst of events can
-    arrive at one instant; the routing that follows gives the window its length.
-    TraceError naming `folder` when no event came from a client there."""
-    published = _column(staged / "publications", "t_publish_ns")
-    if not len(published):
+    first publication (`published`, the staged publications) to the end of the last
+    routing any broker recorded (the hops staged under `staged`, Parquet). A
+    publication's time is when its home broker read it, shared by all events of one
+    read, so a burst of events can arrive at one instant; the routing that follows
+    gives the window its length. TraceError naming `folder` when no event came from a
+    client there."""
+    if not published.num_rows:
         raise TraceError(
             f"{folder}: no hop row shows an event arriving from a client; the traces of "
             "the brokers its publishers connect to are needed"
         )
-    done = _column(staged / "hops", "t_done_ns")
-    return Window("all", pc.min(published).as_py(), pc.max(done).as_py() + 1)
-
-
-def _column(table: Path, name: str) -> pa.ChunkedArray:
-    return ds.dataset(local_path(table)).to_table(columns=[name])[name]
+    done = ds.dataset(local_path(staged / "hops")).to_table(columns=["t_done_ns"])
+    first = pc.min(published["t_publish_ns"]).as_py()
+    return Window("all", first, pc.max(done["t_done_ns"]).as_py() + 1)
