@@ -1,13 +1,12 @@
-"""A tiny blocking client for one request (stats, readiness checks, clock offsets),
-no trio needed."""
+"""A tiny blocking client that asks brokers for their counters (stats, readiness
+checks, clock offsets, `hop stats --every`), no trio needed."""
 
 from __future__ import annotations
 
 import socket
 import ssl
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +46,8 @@ def fetch_stats(
     Raises OSError when it cannot connect (ssl.SSLError is one) and ProtocolError when
     the broker refuses.
     """
-    with _session(host, port, timeout, name, secret, ssl_context) as ask:
-        return ask()
+    with StatsSession(host, port, timeout, name, secret=secret, ssl_context=ssl_context) as session:
+        return session.ask()
 
 
 def clock_offset(
@@ -64,10 +63,12 @@ def clock_offset(
     on one connection, offset = t_broker - (t_send + t_receive) / 2 of the round with
     the smallest round-trip time (the broker stamps ``time_ns`` in its stats)."""
     best: ClockOffset | None = None
-    with _session(host, port, timeout, "clock-probe", secret, ssl_context) as ask:
+    with StatsSession(
+        host, port, timeout, "clock-probe", secret=secret, ssl_context=ssl_context
+    ) as session:
         for _ in range(rounds):
             t_send = time.time_ns()
-            t_broker = ask()["time_ns"]
+            t_broker = session.ask()["time_ns"]
             t_receive = time.time_ns()
             estimate = ClockOffset(t_broker - (t_send + t_receive) // 2, t_receive - t_send)
             if best is None or estimate.rtt_ns < best.rtt_ns:
@@ -76,29 +77,56 @@ def clock_offset(
     return best
 
 
-@contextmanager
-def _session(
-    host: str,
-    port: int,
-    timeout: float,
-    name: str,
-    secret: str | None,
-    ssl_context: ssl.SSLContext | None,
-) -> Iterator[Any]:
-    """A handshaken connection; yields a function that asks for one Stats."""
-    conn = Connection("initiator")
-    with socket.create_connection((host, port), timeout=timeout) as raw:
-        sock = raw if ssl_context is None else ssl_context.wrap_socket(raw, server_hostname=host)
-        with sock:
-            sock.sendall(conn.send(Hello(PROTOCOL_VERSION, "client", name, secret)))
-            _expect(sock, conn, Welcome)
+class StatsSession:
+    """A handshaken connection to a broker that asks for its counters, as often as
+    wanted: one connection for a series of requests, so a broker logs one link for a
+    watch rather than one per request. Raises OSError when it cannot connect (ssl.SSLError
+    is one) and ProtocolError when the broker refuses; after either, it is closed."""
 
-            def ask() -> dict[str, Any]:
-                sock.sendall(conn.send(StatsRequest()))
-                return _expect(sock, conn, Stats).stats
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        timeout: float,
+        name: str,
+        *,
+        secret: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._conn = Connection("initiator")
+        raw = socket.create_connection((host, port), timeout=timeout)
+        try:
+            self._sock = (
+                raw if ssl_context is None else ssl_context.wrap_socket(raw, server_hostname=host)
+            )
+            self._sock.sendall(self._conn.send(Hello(PROTOCOL_VERSION, "client", name, secret)))
+            _expect(self._sock, self._conn, Welcome)
+        except BaseException:
+            raw.close()
+            raise
 
-            yield ask
-            sock.sendall(conn.send(Bye("done")))
+    def ask(self) -> dict[str, Any]:
+        """The broker's counters now."""
+        try:
+            self._sock.sendall(self._conn.send(StatsRequest()))
+            stats: dict[str, Any] = _expect(self._sock, self._conn, Stats).stats
+        except BaseException:
+            self._sock.close()
+            raise
+        return stats
+
+    def close(self, *, say_bye: bool = True) -> None:
+        """Say Bye (unless told not to, or the connection already failed) and close."""
+        if say_bye and self._sock.fileno() != -1:
+            with suppress(OSError):
+                self._sock.sendall(self._conn.send(Bye("done")))
+        self._sock.close()
+
+    def __enter__(self) -> StatsSession:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        self.close(say_bye=kind is None)
 
 
 def _expect(sock: socket.socket, conn: Connection, kind: type) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import ipaddress
 import itertools
 import json
@@ -34,7 +35,7 @@ from broker.cli import (
 )
 from broker.messages import ProtocolError
 from broker.netio import host_port
-from broker.probe import fetch_stats
+from broker.probe import StatsSession, fetch_stats
 from broker.protocol import ERR_LIMIT
 from broker.security import (
     SECRET_ENV,
@@ -45,8 +46,9 @@ from broker.security import (
     secret_from_env,
 )
 from client.aio import ClientError
+from client.stats_watch import Target, watch
 from routing import FilterSyntaxError, parse_filter, validate_event
-from topologies import SHIPPED, TopologyError
+from topologies import SHIPPED, Topology, TopologyError
 
 STATS_TIMEOUT_S = 5.0  # per broker of a network: one that hangs is named, not waited on
 
@@ -340,6 +342,10 @@ def json_lines(lines: Iterable[str]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     checked_text(args.name, "--name")
+    if args.count is not None and args.every is None:
+        raise BadInput("--count needs --every (the number of intervals to show)")
+    if args.every is not None:
+        return _watch_stats(args)
     if names_a_network(args.address):
         return _network_stats(args)
     host, port = address(args.address)
@@ -359,9 +365,8 @@ def names_a_network(text: str) -> bool:
     return text in SHIPPED or text.endswith(".toml") or Path(text).is_file()
 
 
-def _network_stats(args: argparse.Namespace) -> int:
-    """Every broker's counters, keyed by its id; a broker that does not answer gets its
-    reason instead, is named on stderr, and makes the exit code 1 once all were asked."""
+def _network(args: argparse.Namespace) -> tuple[Topology, ClientCredentials]:
+    """The topology `hop stats` was given, and the credentials its files name."""
     if args.ca or args.cert or args.key:
         raise BadInput("--ca/--cert/--key are for HOST:PORT; a topology names its TLS files")
     topology = load_study(args.address).topology
@@ -369,6 +374,13 @@ def _network_stats(args: argparse.Namespace) -> int:
         creds = ClientCredentials.for_network(topology, secret_file(args))
     except (OSError, ValueError, ssl.SSLError) as exc:
         raise BadInput(f"{args.address}: the network's secret or TLS files: {exc}") from None
+    return topology, creds
+
+
+def _network_stats(args: argparse.Namespace) -> int:
+    """Every broker's counters, keyed by its id; a broker that does not answer gets its
+    reason instead, is named on stderr, and makes the exit code 1 once all were asked."""
+    topology, creds = _network(args)
     every: dict[str, Any] = {}
     for broker in sorted(topology.brokers):
         host, port = topology.address(broker)
@@ -388,6 +400,34 @@ def _network_stats(args: argparse.Namespace) -> int:
     with reader_may_leave(sys.stdout):
         logs.emit(json.dumps(every, indent=2, sort_keys=True))
     return EXIT_FAILURE if any("error" in stats for stats in every.values()) else EXIT_OK
+
+
+def _watch_stats(args: argparse.Namespace) -> int:
+    """`hop stats --every S`: a row of rates per broker every S seconds (client.stats_watch);
+    exit 1 when a broker did not answer at some interval."""
+    if names_a_network(args.address):
+        topology, creds = _network(args)
+        places = [(str(b), *topology.address(b)) for b in sorted(topology.brokers)]
+    else:
+        host, port = address(args.address)
+        creds = credentials(args)
+        places = [(host_port(host, port), host, port)]
+
+    def session_to(host: str, port: int) -> Callable[[], StatsSession]:
+        return functools.partial(
+            StatsSession,
+            host,
+            port,
+            STATS_TIMEOUT_S,
+            args.name,
+            secret=creds.secret,
+            ssl_context=creds.ssl_context,
+        )
+
+    targets = [Target(label, session_to(host, port)) for label, host, port in places]
+    with reader_may_leave(sys.stdout):
+        answered = watch(targets, args.every, args.count, sys.stdout, args.name, _unanswered)
+    return EXIT_OK if answered else EXIT_FAILURE
 
 
 def _unanswered(exc: Exception) -> str:
@@ -458,6 +498,16 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--name", default=f"hop-stats-{os.getpid()}", help="client name (default: unique)"
+    )
+    p.add_argument(
+        "--every",
+        type=positive_number,
+        metavar="SECONDS",
+        help="instead: a table of each broker's rates (events routed, delivered, forwarded "
+        "per second, drops, CPU) every SECONDS, until Ctrl-C",
+    )
+    p.add_argument(
+        "--count", type=positive_int, help="with --every: stop after this many intervals"
     )
     add_client_options(p)
     p.set_defaults(func=cmd_stats)
