@@ -342,8 +342,8 @@ def json_lines(lines: Iterable[str]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     checked_text(args.name, "--name")
-    if args.count is not None and args.every is None:
-        raise BadInput("--count needs --every (the number of intervals to show)")
+    if args.every is None and (args.count is not None or args.json):
+        raise BadInput("--count and --json go with --every (without it, hop stats prints JSON)")
     if args.every is not None:
         return _watch_stats(args)
     if names_a_network(args.address):
@@ -426,7 +426,9 @@ def _watch_stats(args: argparse.Namespace) -> int:
 
     targets = [Target(label, session_to(host, port)) for label, host, port in places]
     with reader_may_leave(sys.stdout):
-        answered = watch(targets, args.every, args.count, sys.stdout, args.name, _unanswered)
+        answered = watch(
+            targets, args.every, args.count, sys.stdout, args.name, _unanswered, as_json=args.json
+        )
     return EXIT_OK if answered else EXIT_FAILURE
 
 
@@ -508,6 +510,11 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--count", type=positive_int, help="with --every: stop after this many intervals"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="with --every: one JSON object per interval instead of the table, for scripts",
     )
     add_client_options(p)
     p.set_defaults(func=cmd_stats)

@@ -13,11 +13,12 @@ request took does not move the rates.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from broker.messages import ProtocolError
@@ -87,6 +88,36 @@ def parent_state(stats: Stats) -> str:
     return f"down {stats['parent_unreachable_s']:g} s: {stats['parent_problem'] or 'connecting'}"
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What a broker's line of an interval says: its rates and state, or, when it has
+    none, why (`problem`: it did not answer, or it was restarted)."""
+
+    rates: Rates | None = None
+    subscriptions: int = 0
+    clients: int = 0
+    queued: int = 0  # frames waiting in its links' queues
+    parent: str = ""  # parent_state
+    problem: str = ""
+
+
+RESTARTED = "restarted: rates from the next interval"
+
+
+def reading(before: Stats, after: Stats, own_name: str) -> Reading:
+    """A broker's line of the interval between two of its replies."""
+    found = rates(before, after)
+    if found is None:
+        return Reading(problem=RESTARTED)
+    return Reading(
+        rates=found,
+        subscriptions=after["subscriptions"],
+        clients=clients(after, own_name),
+        queued=sum(link["queue_depth"] for link in after["links"].values()),
+        parent=parent_state(after),
+    )
+
+
 COLUMNS = (
     ("routed/s", 9),
     ("delivered/s", 12),
@@ -105,29 +136,39 @@ def header(label_width: int) -> str:
     return f"{'time':<9} {'broker':<{label_width}} {cells}  parent"
 
 
-def row(when: str, label: str, label_width: int, before: Stats, after: Stats, own_name: str) -> str:
-    """One broker's line of an interval."""
+def table_line(when: str, label: str, label_width: int, line: Reading) -> str:
+    """A broker's line of an interval in the table."""
     start = f"{when:<9} {label:<{label_width}} "
-    found = rates(before, after)
+    found = line.rates
     if found is None:
-        return f"{start}  restarted: rates from the next interval"
+        return f"{start} {line.problem}"
     values = (
         f"{found.routed_per_s:.1f}",
         f"{found.delivered_per_s:.1f}",
         f"{found.forwarded_per_s:.1f}",
         str(found.dropped),
-        str(after["subscriptions"]),
-        str(clients(after, own_name)),
-        str(sum(link["queue_depth"] for link in after["links"].values())),
+        str(line.subscriptions),
+        str(line.clients),
+        str(line.queued),
         f"{found.cpu_percent:.1f}",
     )
     cells = "".join(value.rjust(width) for value, (_, width) in zip(values, COLUMNS, strict=True))
-    return f"{start}{cells}  {parent_state(after)}"
+    return f"{start}{cells}  {line.parent}"
 
 
-def problem_row(when: str, label: str, label_width: int, reason: str) -> str:
-    """The line of a broker that gave no counters this interval."""
-    return f"{when:<9} {label:<{label_width}}  {reason}"
+def json_value(line: Reading) -> dict[str, Any]:
+    """A broker's line of an interval as `--json` gives it: the rates and state, or
+    `{"error": why}` (as `hop stats FILE` gives a broker that did not answer), or
+    `{"restarted": true}`."""
+    if line.rates is None:
+        return {"restarted": True} if line.problem == RESTARTED else {"error": line.problem}
+    return {
+        **asdict(line.rates),
+        "subscriptions": line.subscriptions,
+        "clients": line.clients,
+        "queued": line.queued,
+        "parent": line.parent,
+    }
 
 
 class Target:
@@ -170,39 +211,53 @@ def watch(
     out: TextIO,
     own_name: str,
     unanswered: Callable[[Exception], str],
+    *,
+    as_json: bool = False,
 ) -> bool:
-    """Print a row per broker every `every_s` seconds, `intervals` times (None: until
-    interrupted); the brokers are asked at once, each on its own thread. Returns whether
-    every broker answered every time."""
+    """Write each broker's line every `every_s` seconds, `intervals` times (None: until
+    interrupted), as a table or (`as_json`) one JSON object per interval; the brokers
+    are asked at once, each on its own thread. A broker that does not answer is told at
+    once, also at the first request (the others' first lines need a second one). Returns
+    whether every broker answered every time."""
     width = max(len("broker"), *(len(t.label) for t in targets))
-    out.write(header(width) + "\n")
-    out.flush()
+    if not as_json:
+        _write(out, [header(width)])
     previous: dict[str, Stats] = {}
     all_answered = True
     pool = ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="stats")
     try:
         for tick in _ticks(every_s, intervals):
             replies = list(pool.map(_answer, targets))
-            when = datetime.fromtimestamp(tick).strftime("%H:%M:%S")
-            lines = []
+            lines: dict[str, Reading] = {}
             for target, reply in zip(targets, replies, strict=True):
                 if isinstance(reply, Exception):
                     all_answered = False
                     previous.pop(target.label, None)
-                    lines.append(problem_row(when, target.label, width, unanswered(reply)))
+                    lines[target.label] = Reading(problem=unanswered(reply))
                     continue
                 before = previous.get(target.label)
                 previous[target.label] = reply
                 if before is not None:
-                    lines.append(row(when, target.label, width, before, reply, own_name))
-            if lines:
-                out.write("".join(line + "\n" for line in lines))
-                out.flush()
+                    lines[target.label] = reading(before, reply, own_name)
+            if not lines:
+                continue
+            if as_json:
+                when = datetime.fromtimestamp(tick, UTC).isoformat(timespec="seconds")
+                brokers = {label: json_value(line) for label, line in lines.items()}
+                _write(out, [json.dumps({"time": when, "brokers": brokers})])
+            else:
+                when = datetime.fromtimestamp(tick).strftime("%H:%M:%S")
+                _write(out, [table_line(when, lb, width, line) for lb, line in lines.items()])
     finally:
         pool.shutdown(cancel_futures=True)
         for target in targets:
             target.close()
     return all_answered
+
+
+def _write(out: TextIO, lines: list[str]) -> None:
+    out.write("".join(line + "\n" for line in lines))
+    out.flush()
 
 
 def _answer(target: Target) -> Stats | Exception:

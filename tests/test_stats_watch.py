@@ -3,6 +3,7 @@ connection kept from one interval to the next, and the table of a real network."
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -15,7 +16,18 @@ import client
 from broker.cli import EXIT_BAD_INPUT, EXIT_OK
 from broker.local_network import Network
 from broker.messages import ProtocolError
-from client.stats_watch import Rates, Target, clients, header, parent_state, rates, row
+from client.stats_watch import (
+    Rates,
+    Reading,
+    Target,
+    clients,
+    header,
+    json_value,
+    parent_state,
+    rates,
+    reading,
+    table_line,
+)
 from hop.cli import main as hop_main
 
 
@@ -94,13 +106,29 @@ def test_the_table_counts_others_clients_and_tells_the_parent_link() -> None:
 def test_a_rows_values_sit_under_their_column_names() -> None:
     before = _stats(1, 0, {"client:a#1": _link("client", 0)})
     after = _stats(3, 2000, {"client:a#1": _link("client", 1000)}, parent="")
-    line = row("12:00:00", "12", 6, before, after, "me")
+    line = table_line("12:00:00", "12", 6, reading(before, after, "me"))
     names = header(6)
     for name, value in [("routed/s", "1000.0"), ("delivered/s", "500.0"), ("queued", "2")]:
         end = names.index(name) + len(name)
         assert line[end - len(value) : end] == value, (name, names, line)
     assert line.endswith("  root") and names.endswith("  parent")
-    assert "restarted" in row("12:00:00", "12", 6, after, before, "me")
+    restarted = reading(after, before, "me")
+    assert table_line("12:00:00", "12", 6, restarted).endswith(
+        "  restarted: rates from the next interval"
+    )
+    assert json_value(restarted) == {"restarted": True}
+    assert json_value(Reading(problem="no answer within 5 s")) == {"error": "no answer within 5 s"}
+    assert json_value(reading(before, after, "me")) == {
+        "routed_per_s": 1000.0,
+        "delivered_per_s": 500.0,
+        "forwarded_per_s": 0.0,
+        "dropped": 0,
+        "cpu_percent": 25.0,
+        "subscriptions": 3,
+        "clients": 1,
+        "queued": 2,
+        "parent": "root",
+    }
 
 
 class _Session:
@@ -143,9 +171,12 @@ def test_a_target_keeps_its_connection_and_makes_a_failed_one_again_once() -> No
     assert made[-1].closed and len(made) == 4
 
 
-def test_count_needs_every(capsys: pytest.CaptureFixture[str]) -> None:
-    assert hop_main(["stats", "tree7", "--count", "3"]) == EXIT_BAD_INPUT
-    assert "--count needs --every" in capsys.readouterr().err
+@pytest.mark.parametrize("option", [["--count", "3"], ["--json"]])
+def test_count_and_json_go_with_every(
+    capsys: pytest.CaptureFixture[str], option: list[str]
+) -> None:
+    assert hop_main(["stats", "tree7", *option]) == EXIT_BAD_INPUT
+    assert "--count and --json go with --every" in capsys.readouterr().err
 
 
 @pytest.fixture
@@ -214,3 +245,11 @@ def test_hop_stats_every_shows_a_networks_rates_and_names_a_broker_that_is_down(
     refused = "connection refused (is the broker running?)"
     assert [" ".join(cells) for cells in table["3"]] == [refused, refused]
     assert " ".join(table["4"][-1][8:]).startswith("down ")
+
+    command = ["stats", str(chain5.file), "--every", "0.3", "--count", "1", "--json"]
+    assert hop_main(command) == 1
+    first, second = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert first["brokers"] == {"3": {"error": refused}}  # told at the first request
+    assert sorted(second["brokers"]) == ["1", "2", "3", "4", "5"]
+    assert second["brokers"]["4"]["parent"].startswith("down ")
+    assert second["brokers"]["1"]["parent"] == "root" and second["time"].endswith("+00:00")
