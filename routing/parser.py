@@ -103,7 +103,8 @@ def _tokenize(text: str) -> list[_Token]:
     while pos < len(text):
         m = _TOKEN_RE.match(text, pos)
         if m is None:
-            raise FilterSyntaxError(text, pos + 1, f"unexpected character {text[pos]!r}")
+            hint = " (strings go in double quotes)" if text[pos] == "'" else ""
+            raise FilterSyntaxError(text, pos + 1, f"unexpected character {text[pos]!r}{hint}")
         kind = m.lastgroup
         assert kind is not None
         if kind == "string":
