@@ -134,8 +134,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 ANALYZED_FOLDER_HELP = "a run folder written by hop replay, or a brokers' --trace-dir folder"
 OUT_HELP = (
-    "write the tables here instead of RUN_DIR/analysis (for a folder you cannot write; "
-    "hop predict and hop report read RUN_DIR/analysis)"
+    "make DIR a run folder of links to RUN_DIR's files and write the tables into "
+    "DIR/analysis, leaving RUN_DIR as it is (for a folder you cannot write); then "
+    "hop predict DIR and hop report DIR"
 )
 WINDOW_HELP = (
     "the events published in the measurement phase (measure: a run folder's default) or "

@@ -606,12 +606,23 @@ def test_the_tables_go_where_out_says_leaving_the_run_folder_untouched(
     elsewhere = tmp_path / "elsewhere" / "t1"
     summary = analyze(run, spark=spark, out=elsewhere)
     assert sorted(p.name for p in run.iterdir()) == ["manifest.json", "traces"]
-    assert summary["outputs"] == str(elsewhere)
-    assert json.loads((elsewhere / "summary.json").read_text())["used"] == summary["used"]
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["analysis", "manifest.json", "traces"]
+    assert (elsewhere / "traces").readlink() == run / "traces"
+    tables = elsewhere / "analysis"
+    assert summary["outputs"] == str(tables)
+    assert json.loads((tables / "summary.json").read_text())["used"] == summary["used"]
     for name in KEYS:
-        assert pq.read_table(elsewhere / f"{name}.parquet") == pq.read_table(
+        assert pq.read_table(tables / f"{name}.parquet") == pq.read_table(
             hand_run / "analysis" / f"{name}.parquet"
         ), name
+
+    brokers = tmp_path / "brokers"  # a brokers' trace folder: its files are linked
+    shutil.copytree(run / "traces", brokers, ignore=shutil.ignore_patterns("deliveries-*"))
+    view = tmp_path / "view"
+    analyze(brokers, spark=spark, out=view)
+    assert {p.name for p in view.iterdir()} == {"analysis", *(p.name for p in brokers.iterdir())}
+    html_path, _, sentence = render(view)
+    assert html_path == view / "report.html" and sentence.startswith("The brokers recorded")
 
     in_the_way = tmp_path / "a-file"
     in_the_way.write_text("")

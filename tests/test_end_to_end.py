@@ -228,6 +228,40 @@ def test_hop_predict_follows_the_scenario_and_rate_scale(specjms_run: Path, tmp_
     assert "Table 6.1 form" not in text and "_err_%" not in text
 
 
+def test_a_run_that_cannot_be_written_is_analysed_predicted_and_reported_in_a_folder_of_links(
+    specjms_run: Path, spark: Any, tmp_path: Path
+) -> None:
+    """`hop analyze RUN --out DIR` on an immutable RUN (as root, whom file permissions
+    do not stop): DIR links to RUN's files, holds the tables, and `hop predict DIR` and
+    `hop report DIR` work on it as on a run folder."""
+    run = _copy_run(specjms_run, tmp_path / "run")
+    mine = tmp_path / "mine"
+    subprocess.run(["chattr", "-R", "+i", str(run)], check=True, timeout=10)
+    try:
+        summary = analyze(run, spark=spark, out=mine)
+        assert summary["outputs"] == str(mine / "analysis")
+        for name in ("trees", "latency"):  # (sums in Spark's order: to the last bits)
+            pd.testing.assert_frame_equal(_table(mine, name), _table(specjms_run, name))
+        _ok(hop("predict", str(mine), "--method", "mm1", timeout=120))
+        reported = _ok(hop("report", str(mine), timeout=120)).stdout
+        analyze(run, spark=spark, out=mine)  # again: the links are DIR's own
+    finally:
+        subprocess.run(["chattr", "-R", "-i", str(run)], check=True, timeout=10)
+    assert sorted(p.name for p in run.iterdir()) == ["case_study.toml", "manifest.json", "traces"]
+    assert {p.name: p.readlink() for p in mine.iterdir() if p.is_symlink()} == {
+        name: run / name for name in ("case_study.toml", "manifest.json", "traces")
+    }
+    assert (mine / "analysis" / "predictions.parquet").exists()
+    assert reported.endswith(f"{mine / 'report.html'}\n{mine / 'report.md'}\n")
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "manifest.json").write_text("{}")  # another run's, say
+    result = hop("analyze", str(run), "--out", str(other), "--quiet", timeout=60)
+    assert result.returncode == 2
+    assert f"--out {other}: manifest.json is in the way" in result.stderr
+
+
 # -- hop sub and hop pub through a hop net ---------------------------------------------
 
 

@@ -105,7 +105,7 @@ def test_filters_are_immutable_and_picklable() -> None:
         ("x = 99999999999999999999999", 5, "64 bits"),
         ("9x = 1", 1, "malformed number"),
         ("x exists 5", 10, "expected 'and'"),
-        ("x = 'single'", 5, "unexpected character \"'\" (strings go in double quotes)"),
+        ("x = 'single'", 5, 'unexpected character "\'" (strings go in double quotes)'),
         ("x @ 1", 3, "unexpected character"),
         ("x = -", 5, "unexpected character"),
     ],

@@ -73,7 +73,8 @@ from monitor.analysis.staging import (
 from monitor.analysis.visits import ClassRouting, solve_visit_ratios
 from monitor.analysis.window import WINDOWS, Window, recording_window, run_window
 from monitor.cli import ANALYZED_FOLDER_HELP, OUT_HELP, WINDOW_HELP
-from monitor.errors import InputError, made_folder, write_output, writing
+from monitor.errors import InputError, write_output, writing
+from monitor.run_view import linked_run
 from monitor.runfiles import local_path
 from monitor.spark import (
     jit_options,
@@ -110,9 +111,10 @@ def analyze(
     out: Path | None = None,
 ) -> dict[str, Any]:
     """Characterize the run in `run_dir`; returns the summary also written to
-    OUT/summary.json (table row counts, warnings, problems, timings). OUT is `out`,
-    made if missing (InputError when it cannot be), by default RUN_DIR/analysis, where
-    `hop predict` and `hop report` read the tables.
+    analysis/summary.json (table row counts, warnings, problems, timings) of the run
+    folder, where `hop predict` and `hop report` read the tables. The run folder is
+    `run_dir`, or `out` made one whose inputs are links to `run_dir`'s
+    (`monitor.run_view`: InputError when it cannot be), leaving `run_dir` as it is.
 
     Uses `spark` if given (and leaves it running), else starts a session on `master`
     (default local[*]) and stops it. `progress` gets a line per finished step. Raises
@@ -129,7 +131,7 @@ def analyze(
             "phase; their window is all they recorded (--window all)"
         )
     run_span = None if brokers_only else run_window(run_dir, window or "measure")
-    out = run_dir / "analysis" if out is None else made_folder(Path(out), "--out")
+    out = (run_dir if out is None else linked_run(run_dir, Path(out))) / "analysis"
     if run_span is None:
         staged = stage_broker_traces(run_dir, out / STAGED)
         published = staged_publications(staged.root)

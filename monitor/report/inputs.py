@@ -190,8 +190,8 @@ def _analysis_tables(path: Path) -> dict[str, pd.DataFrame]:
         table_path = path / "analysis" / f"{name}.parquet"
         if not table_path.exists():
             raise ReportError(
-                f"{table_path} is missing: run `hop analyze {path}` first (without --out, "
-                "which writes the tables elsewhere)"
+                f"{table_path} is missing: run `hop analyze {path}` first (with --out DIR, "
+                "report DIR instead)"
             )
         tables[name] = read_parquet(
             table_path, columns, ReportError, f"run `hop analyze {path}` again"
