@@ -103,6 +103,17 @@ def event_rate(text: str) -> float:
     return value
 
 
+MIN_INTERVAL_S = 0.1  # hop stats --every: shorter, the rates are mostly noise
+
+
+def stats_interval(text: str) -> float:
+    """An argparse type: `hop stats --every`'s seconds, at least MIN_INTERVAL_S."""
+    value = positive_number(text)
+    if value < MIN_INTERVAL_S:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_INTERVAL_S:g} s, got {text}")
+    return value
+
+
 def value(text: str) -> Any:
     """A command-line attribute value: int, float, true/false, else a string.
 
@@ -503,7 +514,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--every",
-        type=positive_number,
+        type=stats_interval,
         metavar="SECONDS",
         help="instead: a table of each broker's rates (events routed, delivered, forwarded "
         "per second, drops, CPU) every SECONDS, until Ctrl-C",

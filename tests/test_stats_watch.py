@@ -171,12 +171,24 @@ def test_a_target_keeps_its_connection_and_makes_a_failed_one_again_once() -> No
     assert made[-1].closed and len(made) == 4
 
 
-@pytest.mark.parametrize("option", [["--count", "3"], ["--json"]])
-def test_count_and_json_go_with_every(
-    capsys: pytest.CaptureFixture[str], option: list[str]
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (["--count", "3"], "--count and --json go with --every"),
+        (["--json"], "--count and --json go with --every"),
+        (["--every", "0.05"], "argument --every: must be at least 0.1 s, got 0.05"),
+        (["--every", "nan"], "argument --every: must be a finite number more than 0, got nan"),
+    ],
+)
+def test_a_watch_takes_its_options_with_every_and_a_sensible_interval(
+    capsys: pytest.CaptureFixture[str], option: list[str], said: str
 ) -> None:
-    assert hop_main(["stats", "tree7", *option]) == EXIT_BAD_INPUT
-    assert "--count and --json go with --every" in capsys.readouterr().err
+    try:
+        code = hop_main(["stats", "tree7", *option])
+    except SystemExit as exc:  # argparse's own refusal
+        code = exc.code
+    assert code == EXIT_BAD_INPUT
+    assert said in capsys.readouterr().err
 
 
 @pytest.fixture
