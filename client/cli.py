@@ -1,5 +1,5 @@
 """The client layer's part of the `hop` command line: `hop sub`, `hop pub`, `hop stats`,
-manual clients for trying a network by hand."""
+`hop ping`, manual clients for trying a network by hand."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ from broker.security import (
     secret_from_env,
 )
 from client.aio import ClientError
+from client.ping import Pings, ping
 from client.stats_watch import Target, watch
 from routing import FilterSyntaxError, parse_filter, validate_event
 from topologies import SHIPPED, Topology, TopologyError
@@ -370,6 +371,24 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_ping(args: argparse.Namespace) -> int:
+    checked_text(args.name, "--name")
+    source = address(args.address)
+    target = address(args.to) if args.to else source
+    creds = credentials(args)
+    pings = Pings()
+    with reader_may_leave(sys.stdout):
+        try:
+            trio.run(
+                ping, source, target, args.count, args.interval, args.timeout, args.name,
+                creds, pings, logs.emit,
+            )  # fmt: skip
+        finally:  # (also when interrupted: what was measured, as ping says)
+            if pings.sent:
+                logs.emit(pings.summary(source, target))
+    return EXIT_FAILURE if pings.lost else EXIT_OK
+
+
 def names_a_network(text: str) -> bool:
     """Whether `hop stats` was given a topology (an existing file, a shipped name, or a
     name ending in .toml, which the loader names if missing) rather than HOST:PORT."""
@@ -529,6 +548,29 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     add_client_options(p)
     p.set_defaults(func=cmd_stats)
+
+    p = command(
+        "ping", "time events through the network: probes published at one broker, taken at another"
+    )
+    p.add_argument("address", help="HOST:PORT of the broker the probes are published at")
+    p.add_argument(
+        "--to", metavar="HOST:PORT", help="the broker they are taken at (default: the same one)"
+    )
+    p.add_argument(
+        "--name", default=f"hop-ping-{os.getpid()}", help="client name (default: unique)"
+    )
+    p.add_argument("--count", type=positive_int, default=5, help="probes to send (default 5)")
+    p.add_argument(
+        "--interval", type=positive_number, default=1.0, help="seconds between probes (default 1)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_number,
+        default=2.0,
+        help="seconds a probe may take before it counts as lost (default 2)",
+    )
+    add_client_options(p)
+    p.set_defaults(func=cmd_ping)
 
 
 LAYER = Layer(

@@ -808,5 +808,5 @@ def test_every_argument_of_every_command_says_what_it_is_in_help() -> None:
         for action in command._actions
         if not action.help and not isinstance(action, argparse._HelpAction)
     ]
-    assert len(commands.choices) == 10
+    assert len(commands.choices) == 11
     assert unexplained == []
