@@ -42,7 +42,7 @@ from typing import Any
 from bench import matching, mqtt, throughput, tracing_overhead, tree15, wakeup
 from bench.common import write_result
 from bench.targets import targets
-from broker.process import unwind_on_sigterm
+from broker.process import unwind_on_termination
 
 NAMES = (
     "link",
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         help="write bench/results/NAME.json (default: latest), to keep a run beside the latest one",
     )
     args = parser.parse_args(argv)
-    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
+    unwind_on_termination()  # stop what it started also when killed with SIGTERM
     selected = [n for n in NAMES if n in (args.only or NAMES)]
     settings = throughput.Settings.quick() if args.quick else throughput.Settings.full()
     run = Run()

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.common import write_result
-from broker.process import process_cpu_s, unwind_on_sigterm
+from broker.process import process_cpu_s, unwind_on_termination
 from broker.trace.schema import DELIVERIES, HOPS, PUBLICATIONS
 
 BROKERS = range(1, 16)
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--java-options", default="", help="for the driver JVM (see monitor.spark)")
     parser.add_argument("--out", type=Path, help="result JSON (default: bench/results/)")
     args = parser.parse_args(argv)
-    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
+    unwind_on_termination()  # stop what it started also when killed with SIGTERM
 
     from monitor.analysis import analyze
     from monitor.spark import spark_session

@@ -978,9 +978,9 @@ def main(argv: list[str] | None = None) -> None:
         result["targets"] = targets(result["systems"])  # (files before the paired ratios)
         print(table(result))
         return
-    from broker.process import unwind_on_sigterm
+    from broker.process import unwind_on_termination
 
-    unwind_on_sigterm()
+    unwind_on_termination()
     settings = Settings.quick() if args.quick else Settings.full()
     if args.repeats or args.events:
         settings = Settings(args.repeats or settings.repeats, args.events or settings.events,

@@ -29,7 +29,7 @@ from typing import Any
 
 from bench.common import median, write_result
 from broker.local_network import REPO
-from broker.process import unwind_on_sigterm
+from broker.process import unwind_on_termination
 
 STEPS = ("setup", "demo")
 """The Makefile targets each repetition runs, in this order."""
@@ -62,7 +62,7 @@ def run_step(target: str, clone: Path, log: Path) -> float:
         except subprocess.TimeoutExpired:
             _stop_session(proc)
             status = None
-        except BaseException:  # Ctrl-C or SIGTERM (`unwind_on_sigterm`)
+        except BaseException:  # Ctrl-C or SIGTERM (`unwind_on_termination`)
             _stop_session(proc)
             raise
     seconds = round(time.monotonic() - start, 1)
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    unwind_on_sigterm()
+    unwind_on_termination()
     repetitions = []
     for index in range(args.repeats):
         with tempfile.TemporaryDirectory(prefix="bench-demo-") as tmp:

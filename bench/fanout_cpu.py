@@ -37,7 +37,7 @@ from bench.throughput import (
     HopSystem,
     saturation,
 )
-from broker.process import process_cpu_s, unwind_on_sigterm
+from broker.process import process_cpu_s, unwind_on_termination
 
 GC_MODES = ("default", "tuned", "off")
 GC_TUNED_THRESHOLD = 50_000
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
         "--gc", choices=GC_MODES, default="default", help="this process's garbage collector"
     )
     args = parser.parse_args(argv)
-    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
+    unwind_on_termination()  # stop what it started also when killed with SIGTERM
     result = run(args.subscribers, args.events, args.reps, args.gc)
     suffix = "" if args.gc == "default" else f"_gc_{args.gc}"
     print(write_result(f"fanout_cpu_{args.subscribers}{suffix}", result))

@@ -45,7 +45,7 @@ import trio
 from bench import throughput
 from bench.awake import cpus_kept_awake
 from bench.common import write_result
-from broker.process import unwind_on_sigterm
+from broker.process import unwind_on_termination
 
 EVENTS = 1200
 TRACEPOINTS = "sched:sched_switch,sched:sched_wakeup,raw_syscalls:sys_enter,raw_syscalls:sys_exit"
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"hop_timeline skipped: {problem}", file=sys.stderr)
         print(write_result(name, {"skipped": problem}))
         return
-    unwind_on_sigterm()
+    unwind_on_termination()
     length = throughput.CHAIN_LENGTH
     result: dict[str, Any] = {
         "rate": throughput.CHAIN_RATE,

@@ -52,7 +52,7 @@ import pyarrow.parquet as pq
 from bench.common import median, write_result
 from bench.rate_response import replay
 from broker.local_network import REPO
-from broker.process import unwind_on_sigterm
+from broker.process import unwind_on_termination
 from monitor.carry import carried, total_rate
 from monitor.characterize import Characterization, characterize
 from monitor.measured import window_figures
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
         args.repetitions, args.rounds, args.seconds = 2, 1, 6.0
     if args.repetitions < 1 or args.rounds < 1:
         parser.error("--repetitions and --rounds must be at least 1")
-    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
+    unwind_on_termination()  # stop what it started also when killed with SIGTERM
     with tempfile.TemporaryDirectory(prefix="bench-model-accuracy-") as tmp:
         result = run(args.repetitions, args.rounds, args.seconds, Path(tmp))
     result["mode"] = "quick" if args.quick else "full"

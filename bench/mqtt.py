@@ -65,7 +65,7 @@ from bench.throughput import (
     stop_process,
 )
 from broker.local_network import free_base_port
-from broker.process import unwind_on_sigterm
+from broker.process import unwind_on_termination
 
 TOPIC = "bench/events"
 AMQTT_EVENTS_SCALE = 0.05  # amqtt is ~10-100x slower than the others: fewer events per run
@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer events and repetitions")
     parser.add_argument("--only", nargs="+", choices=["amqtt", "mosquitto"])
     args = parser.parse_args(argv)
-    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
+    unwind_on_termination()  # stop what it started also when killed with SIGTERM
     settings = Settings.quick() if args.quick else Settings.full()
     with tempfile.TemporaryDirectory(prefix="bench-mqtt-") as tmp:
         result = run(args.only or ["amqtt", "mosquitto"], settings, Path(tmp))

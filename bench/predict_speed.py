@@ -21,7 +21,7 @@ from typing import Any
 from bench.common import median, write_result
 from bench.rate_response import replay
 from broker.local_network import REPO
-from broker.process import unwind_on_sigterm
+from broker.process import unwind_on_termination
 from hop.command import run_hop
 
 LIMIT_S = 30.0  # the target for a 15-broker prediction (docs/performance.md)
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="each replay's duration")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
+    unwind_on_termination()  # stop what it started also when killed with SIGTERM
     result = run(args.study, args.seconds, args.repeats)
     print(write_result("predict_speed", result))
 

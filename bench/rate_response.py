@@ -24,7 +24,7 @@ from typing import Any
 
 from bench.common import median, write_result
 from broker.local_network import REPO, on_free_ports
-from broker.process import unwind_on_sigterm
+from broker.process import unwind_on_termination
 from hop.command import run_hop
 from monitor.carry import total_rate
 from monitor.characterize import characterize
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--seconds", type=float, default=24.0, help="duration at scale 1")
     args = parser.parse_args(argv)
-    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
+    unwind_on_termination()  # stop what it started also when killed with SIGTERM
     result = run(args.study, args.scales, args.seconds)
     print(write_result("rate_response", result))
 

@@ -39,7 +39,7 @@ from bench.common import (
     write_result,
 )
 from broker.local_network import REPO
-from broker.process import unwind_on_sigterm
+from broker.process import unwind_on_termination
 from broker.procfs import process_stat
 
 MEASURES = ("wall_s", "cpu_s")
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    unwind_on_sigterm()
+    unwind_on_termination()
     setting = {"study": args.study, "scenario": args.scenario, "duration_s": args.duration}
     runs: dict[str, list[dict[str, Any]]] = {"ours": [], "against": []}
     against = worktree(args.against) if args.against else contextlib.nullcontext((None, ""))

@@ -27,7 +27,7 @@ from typing import Any
 
 from bench.common import alternating, median, short_revision, write_result
 from broker.local_network import REPO, on_free_ports
-from broker.process import BrokerProcesses, unwind_on_sigterm
+from broker.process import BrokerProcesses, unwind_on_termination
 from topologies import load_case_study
 
 TOPOLOGIES = ("tree7", "siena15")
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--out", type=Path, help="result file (default bench/results/...)")
     args = parser.parse_args(argv)
-    unwind_on_sigterm()  # stop the brokers also when killed with SIGTERM
+    unwind_on_termination()  # stop the brokers also when killed with SIGTERM
     if args.commands:
         checkouts = {"this": REPO}
         if args.baseline:

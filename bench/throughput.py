@@ -66,7 +66,7 @@ from bench.common import REPO, median, write_result
 from bench.relay import READ_SIZE, FrameDecoder, handshake
 from broker.limits import Limits
 from broker.local_network import Network, free_base_port
-from broker.process import StartupError, port_accepts, unwind_on_sigterm
+from broker.process import StartupError, port_accepts, unwind_on_termination
 from broker.protocol import (
     PROTOCOL_VERSION,
     Connection,
@@ -1013,7 +1013,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer events and repetitions")
     args = parser.parse_args(argv)
-    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
+    unwind_on_termination()  # stop what it started also when killed with SIGTERM
     settings = Settings.quick() if args.quick else Settings.full()
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         workdir = Path(tmp)

@@ -33,7 +33,7 @@ import trio
 
 from bench.common import write_result
 from bench.tracing_loop import LoopBroker, reads_of
-from broker.process import unwind_on_sigterm
+from broker.process import unwind_on_termination
 
 FEW, MANY = 2_000, 12_000
 _COUNTS = {
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
         "--child", nargs=3, metavar=("MODE", "EVENTS", "DIR"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
-    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
+    unwind_on_termination()  # stop what it started also when killed with SIGTERM
     if args.child:
         mode, events, workdir = args.child
         child(mode, int(events), workdir)

@@ -36,7 +36,7 @@ import trio
 
 from bench.common import median, write_result
 from broker.local_network import free_base_port
-from broker.process import BrokerProcesses, process_cpu_s, unwind_on_sigterm
+from broker.process import BrokerProcesses, process_cpu_s, unwind_on_termination
 from broker.protocol import (
     DELIVERIES_HEAD,
     PROTOCOL_VERSION,
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", type=int, default=12, help="pairs of segments per round")
     parser.add_argument("--out", type=Path, help="result file (default bench/results/...)")
     args = parser.parse_args(argv)
-    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
+    unwind_on_termination()  # stop what it started also when killed with SIGTERM
     shape = (20_000, 2, 4) if args.quick else (args.events, args.rounds, args.pairs)
     result = run(*shape)
     print(write_result("tracing_overhead", result, args.out))

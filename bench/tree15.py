@@ -43,7 +43,7 @@ import client
 from bench.common import write_result
 from bench.throughput import latency_summary, retry_ports, start_network_on
 from broker.local_network import REPO, Network
-from broker.process import unwind_on_sigterm
+from broker.process import unwind_on_termination
 from monitor.workload import EventGenerator
 from routing import MatchIndex, parse_filter
 from topologies import CaseStudy, load_case_study
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter steps, one bisection")
     args = parser.parse_args(argv)
-    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
+    unwind_on_termination()  # stop what it started also when killed with SIGTERM
     with tempfile.TemporaryDirectory(prefix="bench-tree15-") as tmp:
         result = run(args.quick, Path(tmp))
     print(write_result("tree15", result))

@@ -46,7 +46,7 @@ from bench.common import (
     worktree,
     write_result,
 )
-from broker.process import process_cpu_s, unwind_on_sigterm
+from broker.process import process_cpu_s, unwind_on_termination
 
 RATES = (400.0, 2000.0)
 FILLER = throughput.TOTAL_SUBSCRIPTIONS - 1
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=6, help="runs from each checkout")
     parser.add_argument("--out", type=Path, help="result file (default bench/results/...)")
     args = parser.parse_args(argv)
-    unwind_on_sigterm()  # stop what it started also when killed with SIGTERM
+    unwind_on_termination()  # stop what it started also when killed with SIGTERM
     if args.against:
         compare_against(args.against, args.rounds, args.quick, args.out)
         return

@@ -30,7 +30,13 @@ from broker.forkserver import ForkServerError
 from broker.groups import holds, sole_exception
 from broker.limits import Limits
 from broker.netio import host_port
-from broker.process import BrokerProcesses, StartupError, interrupting_signal, run_broker
+from broker.process import (
+    STOPPING_SIGNALS,
+    BrokerProcesses,
+    StartupError,
+    interrupting_signal,
+    run_broker,
+)
 from broker.protocol import DEFAULT_MAX_FRAME
 from broker.security import BrokerSecurity, ClientCredentials, read_secret
 from broker.server import MAX_MAX_FRAME, MIN_MAX_FRAME, QUEUE_POLICIES, BrokerConfig
@@ -198,13 +204,18 @@ def cmd_net(args: argparse.Namespace) -> int:
         nonlocal stop
         stop = True
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    for sig in STOPPING_SIGNALS:  # (the brokers take a hangup too: they stop cleanly)
+        signal.signal(sig, on_signal)
     told_gone = False
     try:
-        procs.start()
-        procs.wait_listening()
-        procs.wait_linked()
+        try:
+            procs.start()
+            procs.wait_listening()
+            procs.wait_linked()
+        except StartupError:
+            if stop:  # asked to stop while starting: the brokers are ending as told
+                return EXIT_OK
+            raise
         print(f"{topology.name}: {len(topology.brokers)} brokers ({topology.routing} routing)")
         for broker_id in sorted(topology.brokers):
             host, port = topology.address(broker_id)

@@ -53,7 +53,7 @@ from broker.procfs import process_stat
 MESSAGE_SIZE = 65536  # a request's JSON (its argv) or a report
 CHILDREN_GRACE_S = 10.0  # after the owner's end, before the children left get SIGTERM
 ANSWER_TIMEOUT_S = 30.0  # for the server's answer to a request (it forks at once)
-OWNERS_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # the server's children's, not its own
+OWNERS_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}  # the children's, not its own
 
 
 class ForkServerError(RuntimeError):
@@ -175,6 +175,7 @@ def _run_child(module: ModuleType, fds: list[int], argv: list[str]) -> None:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         for fd in fds:

@@ -35,13 +35,19 @@ class StartupError(RuntimeError):
     """A broker could not start (for example, its port is taken)."""
 
 
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""What stops a broker, cleanly: Ctrl-C, SIGTERM, and a terminal's hangup (closing the
+terminal of `hop net` or `hop broker`, an ssh session with a terminal dropping), which
+would otherwise end it at once and lose what its trace had not yet written."""
+
+
 def run_broker(
     topology: Topology,
     broker_id: int,
     config: BrokerConfig | None = None,
     stop_on_eof: bool = False,
 ) -> None:
-    """Run one broker until SIGINT or SIGTERM; StartupError if it cannot listen.
+    """Run one broker until SIGINT, SIGTERM or SIGHUP; StartupError if it cannot listen.
 
     On the signal the broker drains (`Broker.drain`: what it accepted reaches the
     connected peers, within `drain_timeout_s`) and then flushes its trace. With
@@ -58,7 +64,7 @@ def run_broker(
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            with trio.open_signal_receiver(*STOPPING_SIGNALS) as signals:
                 if stop_on_eof:  # (only now: before, its SIGTERM would end the process)
                     threading.Thread(target=_sigterm_at_eof, daemon=True).start()
                 try:
@@ -89,12 +95,14 @@ def _listen_problem(topology: Topology, broker_id: int, exc: OSError) -> str:
     return f"broker {broker_id}: cannot listen on {host_port(host, port)}: {reason}"
 
 
-def unwind_on_sigterm() -> None:
-    """Make SIGTERM unwind this process as Ctrl-C does (KeyboardInterrupt), so that the
-    `finally` clauses and `with` blocks stopping the processes it started (brokers,
-    relays, MQTT brokers) run. By default SIGTERM ends Python at once and leaves them
-    running. For the main thread of a command that starts child processes.
-    `interrupting_signal` tells afterwards which of the two signals it was.
+def unwind_on_termination() -> None:
+    """Make SIGTERM and SIGHUP (a terminal's hangup) unwind this process as Ctrl-C does
+    (KeyboardInterrupt), so that the `finally` clauses and `with` blocks stopping the
+    processes it started (brokers, relays, MQTT brokers) run. By default either signal
+    ends Python at once: its children are left running (SIGTERM) or end at once too,
+    their traces not written (a hangup reaches the terminal's whole process group). For
+    the main thread of a command that starts child processes. `interrupting_signal`
+    tells afterwards which signal it was.
 
     A SIGINT the command inherited ignored (a background job of a shell without job
     control) is blocked instead: it still never reaches the command, and SIGINT's
@@ -109,6 +117,7 @@ def unwind_on_sigterm() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
 
 
 def _one_thread() -> bool:
@@ -120,17 +129,17 @@ def _one_thread() -> bool:
         return threading.active_count() == 1
 
 
-_sigterm_received = False
+_interrupted_by: signal.Signals | None = None
 
 
 def interrupting_signal() -> signal.Signals:
-    """The signal behind the KeyboardInterrupt being handled: SIGTERM once the handler
-    of `unwind_on_sigterm` ran, else SIGINT (Ctrl-C)."""
-    return signal.SIGTERM if _sigterm_received else signal.SIGINT
+    """The signal behind the KeyboardInterrupt being handled: SIGTERM or SIGHUP once
+    the handler of `unwind_on_termination` ran, else SIGINT (Ctrl-C)."""
+    return _interrupted_by or signal.SIGINT
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM's handler: do what SIGINT's handler does now.
+    """SIGTERM's and SIGHUP's handler: do what SIGINT's handler does now.
 
     Raising KeyboardInterrupt here would raise it wherever the main thread happens to
     be, in the middle of trio's own code too (its wait for I/O, say): trio then
@@ -139,12 +148,12 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     abandoned coroutine as "Exception ignored". Inside `trio.run` SIGINT's handler is
     trio's, which raises KeyboardInterrupt in the main task where that is safe;
     elsewhere it is Python's, which raises it at once. With SIGINT ignored (where
-    `unwind_on_sigterm` could not block it instead), there is no handler to lend, and
-    SIGTERM raises KeyboardInterrupt at once all the same: better than leaving the
-    children running.
+    `unwind_on_termination` could not block it instead), there is no handler to lend,
+    and the signal raises KeyboardInterrupt at once all the same: better than leaving
+    the children running.
     """
-    global _sigterm_received
-    _sigterm_received = True
+    global _interrupted_by
+    _interrupted_by = signal.Signals(signum)
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler):
         handler(signal.SIGINT, frame)  # (trio's handler is for SIGINT alone)

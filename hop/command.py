@@ -43,7 +43,7 @@ def sigint_default() -> None:
     """SIGINT at its default and no signal blocked, in a child before it runs its
     program (`preexec_fn`), as a terminal starts a command. Where this process inherited
     SIGINT ignored (as a background job of a script does), or blocks it (a command run
-    in this process, `broker.process.unwind_on_sigterm`), the child would inherit that
+    in this process, `broker.process.unwind_on_termination`), the child would inherit that
     too, and a SIGINT sent to stop it would do nothing."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, set())

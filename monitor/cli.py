@@ -14,7 +14,7 @@ from typing import Any
 
 from broker import logs
 from broker.cli import EXIT_FAILURE, EXIT_OK, FILE_HELP, BadInput, Layer
-from broker.process import StartupError, unwind_on_sigterm
+from broker.process import StartupError, unwind_on_termination
 from monitor.errors import InputError, ReplayError, SparkStartError
 from monitor.hostload import OTHER_CPU_LIMIT_CORES
 from monitor.spark_master import master_url
@@ -31,8 +31,8 @@ from topologies import TopologyError, study_path
 
 def cmd_replay(args: argparse.Namespace) -> int:
     # So what the command starts is stopped on SIGTERM too; before the imports, whose
-    # threads would take a SIGINT that the shell left ignored (`unwind_on_sigterm`).
-    unwind_on_sigterm()
+    # threads would take a SIGINT that the shell left ignored (`unwind_on_termination`).
+    unwind_on_termination()
     from monitor.replay import replay
 
     result = replay(
@@ -59,7 +59,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    unwind_on_sigterm()  # as in cmd_replay: the Spark session (its JVM) is stopped
+    unwind_on_termination()  # as in cmd_replay: the Spark session (its JVM) is stopped
     from monitor.analysis import analyze, findings
 
     def say(line: str) -> None:
@@ -108,7 +108,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    unwind_on_sigterm()  # as in cmd_replay
+    unwind_on_termination()  # as in cmd_replay
     from monitor.validate import validate
 
     result = validate(

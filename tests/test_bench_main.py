@@ -21,7 +21,7 @@ def test_name_keeps_a_run_beside_the_latest(
         return {"sizes": sizes, "reps": reps}
 
     monkeypatch.setattr(bench_main.matching, "run", matching_run)
-    monkeypatch.setattr(bench_main, "unwind_on_sigterm", lambda: None)  # pytest's SIGTERM
+    monkeypatch.setattr(bench_main, "unwind_on_termination", lambda: None)  # pytest's SIGTERM
     assert bench_main.main(["--quick", "--only", "matching", "--name", "one_cpu-1"]) == 0
     written = json.loads((tmp_path / "one_cpu-1.json").read_text())
     assert written["results"]["matching"] == {"sizes": [1_000, 10_000], "reps": 1}

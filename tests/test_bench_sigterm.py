@@ -1,5 +1,5 @@
 """A benchmark killed with SIGTERM stops the processes it started (its brokers, and
-their trace writers) instead of leaving them running (`broker.process.unwind_on_sigterm`)."""
+their trace writers) instead of leaving them running (`broker.process.unwind_on_termination`)."""
 
 from __future__ import annotations
 

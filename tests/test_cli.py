@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 import trio
 
 import broker.cli
+import client
 import hop.cli
 from broker.forkserver import CHILDREN_GRACE_S
 from broker.local_network import REPO, Network, free_base_port
@@ -30,6 +32,7 @@ from client.cli import value as _value
 from hop.command import HOP, run_hop, sigint_default
 from monitor.errors import SparkStartError
 from monitor.spark_master import check_reachable, check_spark_start, java_problem
+from monitor.traces import read_table
 from tests.processes import (
     children,
     cmdline,
@@ -411,6 +414,76 @@ def test_hop_net_stops_every_broker_on_sigterm(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+def test_a_hangup_stops_hop_net_and_its_brokers_cleanly_with_their_traces_complete(
+    tmp_path: Path,
+) -> None:
+    """As when the terminal of `hop net --trace-dir` closes: SIGHUP reaches its whole
+    process group, brokers, trace writers and the fork server too. Every process ends,
+    `hop net` with 0, and every event routed is in the traces (by default a hangup ended
+    them all at once and left the trace files empty)."""
+    net = Network.from_file("chain5", tmp_path)
+    addresses = [net.address(b) for b in range(1, 6)]
+    traces = tmp_path / "traces"
+    proc = subprocess.Popen(
+        [*HOP, "net", str(net.file), "--trace-dir", str(traces)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a process group of its own, as a terminal's job has
+    )
+    pids: list[int] = []
+    try:
+        pids = broker_pids(addresses, 30)
+        deadline = time.monotonic() + 20
+        while not all(fetch_stats(*a)["parent_connected"] for a in addresses[1:]):
+            assert time.monotonic() < deadline, "the line did not link in 20 s"
+            time.sleep(0.05)
+        with client.Client.connect(*net.address(5), name="pub") as publisher:
+            publisher.publish_many({"n": n} for n in range(50))
+            publisher.flush()
+        deadline = time.monotonic() + 10
+        while fetch_stats(*net.address(1))["events_routed"] < 50:
+            assert time.monotonic() < deadline, "the events did not reach the root in 10 s"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGHUP)
+        assert proc.wait(timeout=30) == 0
+        assert running_after(pids, 5.0) == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    rows = read_table(traces, "hops")
+    assert rows.problems == []
+    assert Counter(rows.table.column("broker").to_pylist()) == {str(b): 50 for b in range(1, 6)}
+
+
+@pytest.mark.integration
+def test_a_hangup_while_hop_net_starts_ends_it_as_asked_not_as_a_failure(tmp_path: Path) -> None:
+    """The terminal closed while the brokers start and link: they end as told, and
+    `hop net` with them, with 0, not with "broker N exited with code 0"."""
+    net = Network.from_file("chain5", tmp_path)
+    proc = subprocess.Popen(
+        [*HOP, "net", str(net.file)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        (root,) = broker_pids([net.address(1)], 30)  # the others still starting or linking
+        os.killpg(proc.pid, signal.SIGHUP)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "exited with code" not in err
+    assert running_after([root], 5.0) == []
+
+
+@pytest.mark.integration
 def test_brokers_outlive_a_killed_hop_net_by_the_fork_servers_grace_only(tmp_path: Path) -> None:
     """`hop net` forks its brokers from a fork server: SIGKILLed, it cannot stop them,
     but its end ends the server's socket, and the server stops them after its grace."""
@@ -696,6 +769,7 @@ def interrupted_when(
         ("replay", signal.SIGINT, 130, "hop replay: interrupted", False),
         ("replay", signal.SIGTERM, 143, "hop replay: interrupted (SIGTERM)", False),
         ("replay", signal.SIGTERM, 143, "hop replay: interrupted (SIGTERM)", True),
+        ("replay", signal.SIGHUP, 129, "hop replay: interrupted (SIGHUP)", False),
         ("validate", signal.SIGINT, 130, "hop validate: interrupted", False),
         ("validate", signal.SIGTERM, 143, "hop validate: interrupted (SIGTERM)", False),
     ],
@@ -703,6 +777,7 @@ def interrupted_when(
         "replay-SIGINT",
         "replay-SIGTERM",
         "replay-SIGTERM-in-background",
+        "replay-SIGHUP",
         "validate-SIGINT",
         "validate-SIGTERM",
     ],
@@ -786,9 +861,9 @@ def test_an_ignored_sigint_is_blocked_only_while_one_thread_runs(
     take it, so then it stays ignored."""
     code = (
         f"import signal, threading, time\n{before}\n"
-        "from broker.process import unwind_on_sigterm\n"
+        "from broker.process import unwind_on_termination\n"
         "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-        "unwind_on_sigterm()\n"
+        "unwind_on_termination()\n"
         "handler = signal.getsignal(signal.SIGINT)\n"
         "print(int(handler) if isinstance(handler, int) else handler.__name__)\n"
         "print(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))\n"

@@ -2,8 +2,9 @@
 
 ``python -m broker.trace.hop_writer PATH RUN_ID BROKER`` reads blobs from stdin until it
 ends (their layout: `broker.trace.hop_trace.BLOB_HEADER`) and writes each as one record
-batch of `broker.trace.schema.HOPS` to PATH, flushed at once. It ignores SIGINT and SIGTERM:
-the broker's end (clean or not) ends its input, and it then closes the file. On stdout it
+batch of `broker.trace.schema.HOPS` to PATH, flushed at once. It ignores SIGINT, SIGTERM
+and SIGHUP (Ctrl-C and a terminal's hangup reach the broker's whole process group): the
+broker's end (clean or not) ends its input, and it then closes the file. On stdout it
 prints `WRITER_READY` once it can take blobs, then after each blob the number of rows
 in the file so far (`WRITER_WROTE`), from which the broker tells anyone asking how far
 its trace has been written.
@@ -345,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_id")
     parser.add_argument("broker")
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     without_pandas()
     _yield_cpu()
     try:
