@@ -14,6 +14,7 @@ request took does not move the rates.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -91,7 +92,7 @@ def parent_state(stats: Stats) -> str:
 @dataclass(frozen=True)
 class Reading:
     """What a broker's line of an interval says: its rates and state, or, when it has
-    none, why (`problem`: it did not answer, or it was restarted)."""
+    none, why: it did not answer (`problem`), or it was restarted."""
 
     rates: Rates | None = None
     subscriptions: int = 0
@@ -99,16 +100,14 @@ class Reading:
     queued: int = 0  # frames waiting in its links' queues
     parent: str = ""  # parent_state
     problem: str = ""
-
-
-RESTARTED = "restarted: rates from the next interval"
+    restarted: bool = False
 
 
 def reading(before: Stats, after: Stats, own_name: str) -> Reading:
     """A broker's line of the interval between two of its replies."""
     found = rates(before, after)
     if found is None:
-        return Reading(problem=RESTARTED)
+        return Reading(restarted=True)
     return Reading(
         rates=found,
         subscriptions=after["subscriptions"],
@@ -141,7 +140,9 @@ def table_line(when: str, label: str, label_width: int, line: Reading) -> str:
     start = f"{when:<9} {label:<{label_width}} "
     found = line.rates
     if found is None:
-        return f"{start} {line.problem}"
+        return f"{start} " + (
+            "restarted: rates from the next interval" if line.restarted else line.problem
+        )
     values = (
         f"{found.routed_per_s:.1f}",
         f"{found.delivered_per_s:.1f}",
@@ -161,7 +162,7 @@ def json_value(line: Reading) -> dict[str, Any]:
     `{"error": why}` (as `hop stats FILE` gives a broker that did not answer), or
     `{"restarted": true}`."""
     if line.rates is None:
-        return {"restarted": True} if line.problem == RESTARTED else {"error": line.problem}
+        return {"restarted": True} if line.restarted else {"error": line.problem}
     return {
         **asdict(line.rates),
         "subscriptions": line.subscriptions,
@@ -226,7 +227,7 @@ def watch(
     all_answered = True
     pool = ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="stats")
     try:
-        for tick in _ticks(every_s, intervals):
+        for tick in sample_times(every_s, intervals):
             replies = list(pool.map(_answer, targets))
             lines: dict[str, Reading] = {}
             for target, reply in zip(targets, replies, strict=True):
@@ -267,15 +268,17 @@ def _answer(target: Target) -> Stats | Exception:
         return exc
 
 
-def _ticks(every_s: float, intervals: int | None) -> Iterator[float]:
+def sample_times(every_s: float, intervals: int | None) -> Iterator[float]:
     """The wall-clock time of each sample, on a fixed grid from now (no drift): one
-    sample first as the baseline, then one per interval."""
+    sample first as the baseline, then one per interval. Points of the grid already
+    past when a sample ends (a broker slow to answer) are skipped, not made up for in a
+    burst: the intervals' rates are over their real spans anyway."""
     start = time.monotonic()
     wall = time.time() - start
     samples = None if intervals is None else intervals + 1
-    k = 0
-    while samples is None or k < samples:
-        due = start + k * every_s
-        time.sleep(max(0.0, due - time.monotonic()))
+    taken = point = 0
+    while samples is None or taken < samples:
+        time.sleep(max(0.0, start + point * every_s - time.monotonic()))
         yield wall + time.monotonic()
-        k += 1
+        taken += 1
+        point = max(point + 1, math.floor((time.monotonic() - start) / every_s) + 1)

@@ -26,6 +26,7 @@ from client.stats_watch import (
     parent_state,
     rates,
     reading,
+    sample_times,
     table_line,
 )
 from hop.cli import main as hop_main
@@ -129,6 +130,18 @@ def test_a_rows_values_sit_under_their_column_names() -> None:
         "queued": 2,
         "parent": "root",
     }
+
+
+def test_samples_keep_to_their_grid_and_skip_the_points_a_slow_one_overran() -> None:
+    """A broker slow to answer delays one sample; the next ones come on the grid again
+    rather than in a burst making up for the points missed."""
+    taken: list[float] = []
+    for tick in sample_times(0.1, 5):
+        taken.append(tick)
+        if len(taken) == 2:
+            time.sleep(0.35)  # past the next three points
+    gaps = [b - a for a, b in zip(taken, taken[1:], strict=False)]
+    assert len(taken) == 6 and min(gaps) > 0.05, gaps
 
 
 class _Session:
