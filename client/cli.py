@@ -549,15 +549,15 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     add_client_options(p)
     p.set_defaults(func=cmd_stats)
 
-    p = command(
-        "ping", "time events through the network: probes published at one broker, taken at another"
-    )
+    p = command("ping", "time probe events from one broker to another, as a client sees them")
     p.add_argument("address", help="HOST:PORT of the broker the probes are published at")
     p.add_argument(
         "--to", metavar="HOST:PORT", help="the broker they are taken at (default: the same one)"
     )
     p.add_argument(
-        "--name", default=f"hop-ping-{os.getpid()}", help="client name (default: unique)"
+        "--name",
+        default=f"hop-ping-{os.getpid()}",
+        help="the clients' names' stem: NAME-pub and NAME-sub (default: unique)",
     )
     p.add_argument("--count", type=positive_int, default=5, help="probes to send (default 5)")
     p.add_argument(
