@@ -145,6 +145,27 @@ def test_hop_stats_over_tls(tls_net: Network, certs: Path) -> None:
     assert '"children_connected": 2' in done.stdout
 
 
+def test_hop_stats_every_and_hop_ping_over_tls(tls_net: Network, certs: Path) -> None:
+    """The watch's one connection per broker and the ping's two clients, over TLS, with
+    the topology's files (`hop stats FILE`) and with --ca (HOST:PORT)."""
+    root, leaf = ("{}:{}".format(*tls_net.address(b)) for b in (1, 3))
+    ca = ["--ca", str(certs / "ca.pem")]
+    for command in (
+        ["stats", str(tls_net.file), "--every", "0.2", "--count", "1", "--json"],
+        ["ping", leaf, "--to", root, "--count", "2", "--interval", "0.05", *ca],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "hop", *command],
+            capture_output=True, text=True, timeout=60, cwd=REPO, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        last = done.stdout.splitlines()[-1]
+        if command[0] == "stats":
+            assert sorted(json.loads(last)["brokers"]) == ["1", "2", "3"]
+        else:
+            assert last.startswith(f"2 probe(s) from {leaf} to {root}: 2 delivered, 0 lost")
+
+
 def test_a_tls_network_closes_every_link_on_sigterm(tls_net: Network, certs: Path) -> None:
     """On SIGTERM each broker sends what is queued and Bye, and a link closes once both
     sides said Bye. A TLS stream cannot half-close, so two draining brokers must not
