@@ -29,7 +29,8 @@ whoever was blocked on its queue.
 Heartbeats: when nothing has been heard from a peer for `heartbeat_s`, it is sent a
 Ping; a link whose peer has sent nothing at all (Pong or anything else) for
 `heartbeat_timeout_s` is cut. Time spent not reading because of backpressure does
-not count as silence.
+not count as silence, nor time the broker itself did not run (stopped, paused:
+`broker.liveness`).
 
 Drops and the trace: when a routing decision names a link that is not connected
 (the parent link is down, a child or client went away), a client's full queue under
@@ -74,6 +75,7 @@ from typing import Any
 import structlog
 import trio
 
+from broker.liveness import overrun
 from broker.netio import connect_error, host_port, receive_some, socket_fd
 from broker.outage import Outage
 from broker.outgoing import Outgoing, OutQueue
@@ -578,9 +580,16 @@ class Broker:
         if not periods:
             return
         nonces = itertools.count(1)
+        period = min(periods) / 2
         while True:
-            await trio.sleep(min(periods) / 2)
-            problem = self._liveness_problem(link, time.monotonic())
+            slept_from = time.monotonic()
+            await trio.sleep(period)
+            now = time.monotonic()
+            paused = overrun(slept_from, period, now)  # this broker's own (broker.liveness)
+            link.heard += paused
+            if link.queue.send_started:
+                link.queue.send_started += paused
+            problem = self._liveness_problem(link, now)
             if problem is not None:
                 link.cut(*problem)
                 return

@@ -57,6 +57,7 @@ from typing import Any
 import trio
 
 from broker.groups import sole_exception
+from broker.liveness import overrun
 from broker.netio import connect_error, host_port, socket_fd
 from broker.outgoing import Outgoing
 from broker.protocol import (
@@ -686,9 +687,13 @@ class AsyncClient(ClientCalls[AsyncSubscription, _Reply]):
 
     async def _heartbeat(self, policy: Reconnect) -> None:
         """Ping a quiet broker; give the connection up when it stays silent."""
+        period = policy.heartbeat_s / 2
         while True:
-            await trio.sleep(policy.heartbeat_s / 2)
-            silent = time.monotonic() - self._heard
+            slept_from = time.monotonic()
+            await trio.sleep(period)
+            now = time.monotonic()
+            self._heard += overrun(slept_from, period, now)  # this client's own pause
+            silent = now - self._heard
             if silent > policy.heartbeat_timeout_s:
                 self._lose(ConnectionLost(f"nothing heard from the broker for {silent:.1f} s"))
                 return

@@ -44,6 +44,7 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, cast
 
+from broker.liveness import overrun
 from broker.netio import connect_error, host_port
 from broker.protocol import (
     PROTOCOL_VERSION,
@@ -691,12 +692,16 @@ class AsyncioClient(ClientCalls[AsyncioSubscription, asyncio.Future[Message]]):
 
     async def _heartbeat(self, policy: Reconnect) -> None:
         """Ping a quiet broker; give the connection up when it stays silent."""
+        period = policy.heartbeat_s / 2
         while self._failure is None:
-            await asyncio.sleep(policy.heartbeat_s / 2)
+            slept_from = time.monotonic()
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            self._heard += overrun(slept_from, period, now)  # this client's own pause
             link = self._link
             if not self._ready.is_set() or link is None:
                 continue
-            silent = time.monotonic() - self._heard
+            silent = now - self._heard
             if silent > policy.heartbeat_timeout_s:
                 silence = ConnectionLost(f"nothing heard from the broker for {silent:.1f} s")
                 self._ended(link, silence)

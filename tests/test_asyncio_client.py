@@ -563,6 +563,24 @@ def test_reconnecting_gives_up_calls_after_wait_s(thread_broker: FakeBroker) -> 
     run(scenario)
 
 
+def test_the_heartbeat_does_not_blame_the_broker_for_the_clients_own_pause(
+    thread_broker: FakeBroker,
+) -> None:
+    """The loop held for longer than the heartbeat timeout: the broker's answers waited
+    unread, so the silence is the client's own, and the connection is kept."""
+    policy = client.Reconnect(initial_s=0.02, max_s=0.1, heartbeat_s=0.2, heartbeat_timeout_s=0.6)
+
+    async def scenario() -> int:
+        async with connect(thread_broker, reconnect=policy) as c:
+            await c.ping()
+            time.sleep(1.5)  # the whole loop held: nothing runs, nothing is read
+            await asyncio.sleep(1.0)  # the heartbeat's turns after it
+            await c.ping()
+            return c.reconnects
+
+    assert run(scenario) == 0
+
+
 def test_the_heartbeat_gives_up_a_silent_broker_and_reconnects(
     thread_broker: FakeBroker,
 ) -> None:

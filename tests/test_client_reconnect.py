@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -21,7 +22,7 @@ import pytest
 import trio
 
 import client
-from broker.local_network import free_base_port
+from broker.local_network import Network, free_base_port
 from broker.process import BrokerProcesses
 from broker.protocol import PROTOCOL_VERSION, Connection, Hello, Welcome
 from topologies.generators import chain, to_toml
@@ -452,6 +453,30 @@ def test_client_heartbeat_gives_up_a_silent_broker_and_reconnects() -> None:
 
     elapsed = trio.run(scenario)
     assert 0.6 <= elapsed < 3.0  # cut after heartbeat_timeout_s of silence, not before
+
+
+def test_client_heartbeat_does_not_blame_the_broker_for_the_clients_own_pause(
+    tmp_path: Path,
+) -> None:
+    """The client's event loop held for longer than its heartbeat timeout (a long
+    computation in a task, the process stopped): the broker's messages waited unread, so
+    its silence is the client's own, and the connection is kept."""
+    net = Network(chain(1, name="solo", base_port=free_base_port(1)), tmp_path)
+    policy = client.Reconnect(initial_s=0.02, max_s=0.1, heartbeat_s=0.2, heartbeat_timeout_s=0.6)
+
+    async def scenario() -> int:
+        async with client.open_client(*net.address(1), name="c", reconnect=policy) as c:
+            await c.ping()
+            time.sleep(1.5)  # the whole loop held: nothing runs, nothing is read
+            await trio.sleep(1.0)  # the heartbeat's turns after it
+            await c.ping()
+            return c.reconnects
+
+    net.start()
+    try:
+        assert trio.run(scenario) == 0
+    finally:
+        net.stop()
 
 
 def _wait_for_route(pub: client.Client, sub: client.Subscription, attempts: int = 100) -> None:

@@ -7,6 +7,7 @@ import math
 import os
 import random
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -443,6 +444,40 @@ def test_heartbeat_cuts_a_silent_peer_but_not_a_quiet_one(
     assert 1.0 <= cut_after < 4.0
     assert Ping in kinds
     assert code == "timeout"
+
+
+def test_brokers_stopped_longer_than_the_heartbeat_timeout_keep_their_links_once_resumed(
+    tmp_path: Path, stopped: list[Network]
+) -> None:
+    """As after Ctrl-Z and fg on `hop net`, or a paused VM: the brokers did not run for
+    longer than their heartbeat timeout, but their peers (the other broker, two clients
+    that were never stopped) were alive all along. Resumed, they cut no link."""
+    base = free_base_port(2)
+    net = Network(chain(2, name="paused", base_port=base), tmp_path, HEARTBEATS)
+    stopped.append(net.start())
+    with (
+        client.Client.connect(*net.address(1), name="sub") as sub_client,
+        client.Client.connect(*net.address(2), name="pub") as pub,
+    ):
+        sub = sub_client.subscribe("n exists")
+        pub.publish({"n": 1})
+        assert sub.next(timeout=10) == {"n": 1}
+        pids = [proc.pid for proc in net.procs.procs.values()]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(2.5)  # the heartbeat timeout is 1 s
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        time.sleep(1.5)  # a watch's turn or more after the resumption
+        assert sub_client.connected and pub.connected
+        pub.publish({"n": 2})
+        assert sub.next(timeout=10) == {"n": 2}
+    assert "closing_link" not in net.log_text()
+
+
+HEARTBEATS = ("--heartbeat", "0.3", "--heartbeat-timeout", "1")
 
 
 # -- command line ----------------------------------------------------------------------
