@@ -9,6 +9,11 @@ are not in the row. A broker whose process changed between two replies (another 
 shorter uptime) was restarted: its rates start again from the next interval. The time
 of an interval is the broker's own clock (its replies' `time_ns`), so how long the
 request took does not move the rates.
+
+Each broker is asked over one connection kept from one interval to the next, as long
+as the intervals are shorter than `KEEP_CONNECTION_S`: a longer silence would have the
+broker cut it as a silent peer (its heartbeat timeout, 15 s by default), so for longer
+intervals each request has a connection of its own, closed with a Bye.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from broker.messages import ProtocolError
 from broker.probe import StatsSession
 
 Stats = dict[str, Any]
+
+KEEP_CONNECTION_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -240,6 +247,9 @@ def watch(
                 previous[target.label] = reply
                 if before is not None:
                     lines[target.label] = reading(before, reply, own_name)
+            if every_s > KEEP_CONNECTION_S:
+                for target in targets:
+                    target.close()
             if not lines:
                 continue
             if as_json:

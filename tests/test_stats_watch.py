@@ -3,6 +3,7 @@ connection kept from one interval to the next, and the table of a real network."
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
@@ -16,6 +17,7 @@ import client
 from broker.cli import EXIT_BAD_INPUT, EXIT_OK
 from broker.local_network import Network
 from broker.messages import ProtocolError
+from client import stats_watch
 from client.stats_watch import (
     Rates,
     Reading,
@@ -182,6 +184,27 @@ def test_a_target_keeps_its_connection_and_makes_a_failed_one_again_once() -> No
     assert target.ask() == {"n": 4}
     target.close()
     assert made[-1].closed and len(made) == 4
+
+
+@pytest.mark.parametrize(("keep_s", "connections"), [(10.0, 1), (0.05, 3)])
+def test_a_watch_keeps_one_connection_unless_its_intervals_outlast_a_heartbeat(
+    monkeypatch: pytest.MonkeyPatch, keep_s: float, connections: int
+) -> None:
+    """Intervals longer than `KEEP_CONNECTION_S` would have the broker cut the quiet
+    connection: each request then has one of its own, closed after it."""
+    monkeypatch.setattr(stats_watch, "KEEP_CONNECTION_S", keep_s)
+    made: list[_Session] = []
+
+    def connect() -> Any:
+        made.append(_Session([_stats(n, 10 * n, {}) for n in range(1, 4)][len(made) :]))
+        return made[-1]
+
+    out = io.StringIO()
+    own = "me"
+    assert stats_watch.watch([Target("1", connect)], 0.1, 2, out, own, str, as_json=True)
+    assert len(made) == connections and all(session.closed for session in made)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [line["brokers"]["1"]["routed_per_s"] for line in lines] == [10.0, 10.0]
 
 
 @pytest.mark.parametrize(
