@@ -35,7 +35,7 @@ from broker.cli import (
 )
 from broker.messages import ProtocolError
 from broker.netio import host_port
-from broker.probe import StatsSession, fetch_stats
+from broker.probe import StatsSession
 from broker.protocol import ERR_LIMIT
 from broker.security import (
     SECRET_ENV,
@@ -415,14 +415,8 @@ def _network_stats(args: argparse.Namespace) -> int:
     for broker in sorted(topology.brokers):
         host, port = topology.address(broker)
         try:
-            every[str(broker)] = fetch_stats(
-                host,
-                port,
-                STATS_TIMEOUT_S,
-                args.name,
-                secret=creds.secret,
-                ssl_context=creds.ssl_context,
-            )
+            with _stats_session(args, creds, host, port)() as session:
+                every[str(broker)] = session.ask()
         except (OSError, ProtocolError) as exc:
             reason = _unanswered(exc)
             every[str(broker)] = {"error": reason}
@@ -443,23 +437,27 @@ def _watch_stats(args: argparse.Namespace) -> int:
         creds = credentials(args)
         places = [(host_port(host, port), host, port)]
 
-    def session_to(host: str, port: int) -> Callable[[], StatsSession]:
-        return functools.partial(
-            StatsSession,
-            host,
-            port,
-            STATS_TIMEOUT_S,
-            args.name,
-            secret=creds.secret,
-            ssl_context=creds.ssl_context,
-        )
-
-    targets = [Target(label, session_to(host, port)) for label, host, port in places]
+    targets = [Target(label, _stats_session(args, creds, h, p)) for label, h, p in places]
     with reader_may_leave(sys.stdout):
         answered = watch(
             targets, args.every, args.count, sys.stdout, args.name, _unanswered, as_json=args.json
         )
     return EXIT_OK if answered else EXIT_FAILURE
+
+
+def _stats_session(
+    args: argparse.Namespace, creds: ClientCredentials, host: str, port: int
+) -> Callable[[], StatsSession]:
+    """How `hop stats` connects to the broker at host:port to ask for its counters."""
+    return functools.partial(
+        StatsSession,
+        host,
+        port,
+        STATS_TIMEOUT_S,
+        args.name,
+        secret=creds.secret,
+        ssl_context=creds.ssl_context,
+    )
 
 
 def _unanswered(exc: Exception) -> str:

@@ -30,7 +30,11 @@ from hypothesis import HealthCheck, settings
 from xdist.scheduler import LoadScopeScheduling
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import SparkSession
+
+    from broker.local_network import Network
 
 # Both on Hypothesis's "default" profile, not on the active one: recent Hypothesis
 # already loads its own "ci" profile on import when CI is set.
@@ -68,6 +72,19 @@ def spark() -> Iterator[SparkSession]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture
+def chain5(tmp_path: Path) -> Iterator[Network]:
+    """The shipped chain5 network on free ports, brokers 1 (the root) to 5 in a line,
+    started and linked; stopped by PID afterwards."""
+    from broker.local_network import Network
+
+    net = Network.from_file("chain5", tmp_path)
+    try:
+        yield net.start()
+    finally:
+        net.stop()
 
 
 # --- capabilities: tests that need a tool fail, or skip only when HOP_TEST_SKIP names it ---

@@ -413,6 +413,21 @@ def test_hop_net_stops_every_broker_on_sigterm(tmp_path: Path) -> None:
     assert stopped_by_sigterm(["net", str(net.file)], addresses) == 0
 
 
+def hop_net(
+    net: Network, *args: str, stderr: int = subprocess.DEVNULL, terminal_job: bool = False
+) -> subprocess.Popen[str]:
+    """`hop net` of `net`'s file, `args` added; with `terminal_job`, in a process group
+    of its own, as a terminal's job is, for the test to signal as the terminal would."""
+    return subprocess.Popen(
+        [*HOP, "net", str(net.file), *args],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        text=True,
+        start_new_session=terminal_job,
+    )
+
+
 @pytest.mark.integration
 def test_a_hangup_stops_hop_net_and_its_brokers_cleanly_with_their_traces_complete(
     tmp_path: Path,
@@ -424,13 +439,7 @@ def test_a_hangup_stops_hop_net_and_its_brokers_cleanly_with_their_traces_comple
     net = Network.from_file("chain5", tmp_path)
     addresses = [net.address(b) for b in range(1, 6)]
     traces = tmp_path / "traces"
-    proc = subprocess.Popen(
-        [*HOP, "net", str(net.file), "--trace-dir", str(traces)],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # a process group of its own, as a terminal's job has
-    )
+    proc = hop_net(net, "--trace-dir", str(traces), terminal_job=True)
     pids: list[int] = []
     try:
         pids = broker_pids(addresses, 30)
@@ -462,14 +471,7 @@ def test_a_hangup_while_hop_net_starts_ends_it_as_asked_not_as_a_failure(tmp_pat
     """The terminal closed while the brokers start and link: they end as told, and
     `hop net` with them, with 0, not with "broker N exited with code 0"."""
     net = Network.from_file("chain5", tmp_path)
-    proc = subprocess.Popen(
-        [*HOP, "net", str(net.file)],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = hop_net(net, stderr=subprocess.PIPE, terminal_job=True)
     try:
         (root,) = broker_pids([net.address(1)], 30)  # the others still starting or linking
         os.killpg(proc.pid, signal.SIGHUP)
@@ -489,9 +491,7 @@ def test_brokers_outlive_a_killed_hop_net_by_the_fork_servers_grace_only(tmp_pat
     but its end ends the server's socket, and the server stops them after its grace."""
     net = Network.from_file("chain5", tmp_path)
     addresses = [net.address(b) for b in range(1, 6)]
-    proc = subprocess.Popen(
-        [*HOP, "net", str(net.file)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    proc = hop_net(net)
     pids: list[int] = []
     try:
         pids = broker_pids(addresses, 30)
@@ -528,13 +528,7 @@ def test_hop_net_whose_fork_server_is_killed_says_so_and_stops_its_brokers(
     so it says so in one line, stops them by PID and exits 1."""
     net = Network.from_file("chain5", tmp_path)
     addresses = [net.address(b) for b in range(1, 6)]
-    proc = subprocess.Popen(
-        [*HOP, "net", str(net.file)],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = hop_net(net, stderr=subprocess.PIPE)
     pids: list[int] = []
     try:
         pids = broker_pids(addresses, 30)

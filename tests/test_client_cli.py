@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -96,15 +95,6 @@ def test_a_secret_file_from_the_environment_that_cannot_be_read_is_named(
     monkeypatch.setenv("HOP_SECRET_FILE", str(tmp_path / "missing"))
     assert hop_main(["stats", "127.0.0.1:1"]) == EXIT_BAD_INPUT
     assert "$HOP_SECRET_FILE: " in capsys.readouterr().err
-
-
-@pytest.fixture
-def chain5(tmp_path: Path) -> Iterator[Network]:
-    net = Network.from_file("chain5", tmp_path)  # brokers 1 (root) .. 5 in a line
-    try:
-        yield net.start()
-    finally:
-        net.stop()
 
 
 def _pub_lines(net: Network, lines: str, monkeypatch: pytest.MonkeyPatch) -> int:

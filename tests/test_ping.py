@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -26,15 +24,6 @@ def test_the_summary_gives_the_latencies_order_statistics_and_the_lost() -> None
     assert Pings(sent=1, lost=[1]).summary(("h", 1), ("h", 1)) == (
         "1 probe(s) from h:1 to h:1: 0 delivered, 1 lost"
     )
-
-
-@pytest.fixture
-def chain5(tmp_path: Path) -> Iterator[Network]:
-    net = Network.from_file("chain5", tmp_path)  # brokers 1 (root) .. 5 in a line
-    try:
-        yield net.start()
-    finally:
-        net.stop()
 
 
 PROBE = re.compile(r"probe (\d+): (\d+\.\d{3}) ms through ([\d>]+)")

@@ -7,8 +7,6 @@ import io
 import json
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -225,15 +223,6 @@ def test_a_watch_takes_its_options_with_every_and_a_sensible_interval(
         code = exc.code
     assert code == EXIT_BAD_INPUT
     assert said in capsys.readouterr().err
-
-
-@pytest.fixture
-def chain5(tmp_path: Path) -> Iterator[Network]:
-    net = Network.from_file("chain5", tmp_path)  # brokers 1 (root) .. 5 in a line
-    try:
-        yield net.start()
-    finally:
-        net.stop()
 
 
 def _table(out: str) -> dict[str, list[list[str]]]:
