@@ -48,6 +48,43 @@ def emit(text: str, out: TextIO | None = None) -> None:
         raise OutputFailed(f"cannot write its output: {exc.strerror or exc}") from None
 
 
+def worth_logging(count: int) -> bool:
+    """Whether the `count`th occurrence of a problem that can repeat at will (a client's
+    made-up path, events just under the frame limit, a failing accept) is logged: the
+    1st, 2nd, 4th, 8th... So the log says what happened and how often, and cannot be
+    flooded; the stats count every one."""
+    return count & (count - 1) == 0
+
+
+class RepeatedRecords(logging.Handler):
+    """A library's log records as warnings of this process's log: the record's message
+    as `reason`, without its traceback, and only the 1st, 2nd, 4th, 8th... of them
+    (`worth_logging`), with how many there were (`times`). For a library that logs the
+    same failure again each time it retries: trio's accept loop logs every accept that
+    fails for want of file descriptors, traceback and all, ten times a second while it
+    lasts."""
+
+    def __init__(self, event: str, **context: str) -> None:
+        super().__init__()
+        self.event = event
+        self.context = context
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+        if worth_logging(self.count):
+            structlog.get_logger("hop").warning(
+                self.event, reason=record.getMessage(), times=self.count, **self.context
+            )
+
+
+def route_library_log(name: str, event: str, **context: str) -> None:
+    """Send the stdlib logger `name`'s records (and only there) to a `RepeatedRecords`."""
+    logger = logging.getLogger(name)
+    logger.addHandler(RepeatedRecords(event, **context))
+    logger.propagate = False
+
+
 def configure(level: str = "info") -> None:
     """Configure structlog once per process.
 

@@ -20,6 +20,7 @@ from typing import IO, BinaryIO, Protocol
 
 import trio
 
+from broker import logs
 from broker.forkserver import BlockingForkServer, ForkedChild, ForkServerError
 from broker.hosts import launch_command, python_on, runs_here
 from broker.netio import host_port
@@ -55,6 +56,9 @@ def run_broker(
     started on another host (through ssh, say) is stopped by the host that started it.
     """
     broker = Broker(topology, broker_id, config)
+    # Out of file descriptors, trio's accept loop retries ten times a second, and logs
+    # each failure with its traceback: here, warnings in the broker's log instead.
+    logs.route_library_log("trio.serve_listeners", "accept_failed", broker=broker.name)
     # The start-up heap (trio, msgpack, pyarrow when tracing: ~10^5 objects) never
     # becomes garbage; freezing it keeps every full collection from walking it again.
     gc.freeze()

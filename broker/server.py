@@ -76,6 +76,7 @@ import structlog
 import trio
 
 from broker.liveness import overrun
+from broker.logs import worth_logging
 from broker.netio import connect_error, host_port, receive_some, socket_fd
 from broker.outage import Outage
 from broker.outgoing import Outgoing, OutQueue
@@ -123,14 +124,6 @@ from topologies import Topology
 log = structlog.get_logger("hop.broker")
 pack_row = EVENT_ROW.pack
 _now = time.time_ns  # one lookup less per traced event
-
-
-def worth_logging(count: int) -> bool:
-    """Whether the `count`th occurrence of a problem that a client can repeat at will (a
-    made-up path, events just under the frame limit) is logged: the 1st, 2nd, 4th,
-    8th... So the log says what happened and how often, and cannot be flooded; the
-    stats count every one."""
-    return count & (count - 1) == 0
 
 
 READ_SIZE = 65536

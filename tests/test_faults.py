@@ -3,10 +3,15 @@ subscribers, silent peers. Real broker processes on 127.0.0.1, cleaned up by PID
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
+import resource
 import signal
+import socket
+import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
@@ -17,6 +22,7 @@ import trio
 
 import client
 from broker.local_network import REPO, Network, free_base_port
+from broker.probe import fetch_stats
 from broker.protocol import (
     PROTOCOL_VERSION,
     Bye,
@@ -31,9 +37,11 @@ from broker.protocol import (
 )
 from broker.server import BrokerConfig
 from hop.cli import main as hop_main
+from hop.command import HOP
 from monitor.traces import read_table
 from routing import parse_filter
-from topologies.generators import chain
+from topologies import load_topology
+from topologies.generators import chain, to_toml
 
 pytestmark = pytest.mark.integration
 
@@ -478,6 +486,59 @@ def test_brokers_stopped_longer_than_the_heartbeat_timeout_keep_their_links_once
 
 
 HEARTBEATS = ("--heartbeat", "0.3", "--heartbeat-timeout", "1")
+
+
+def test_a_broker_out_of_file_descriptors_says_so_in_a_few_warnings_and_serves_on(
+    tmp_path: Path,
+) -> None:
+    """More connections than the broker may hold files: trio's accept loop retries ten
+    times a second, logging each failure with its traceback; the broker's log has a few
+    `accept_failed` warnings instead (1st, 2nd, 4th... with their count), JSON lines
+    like the rest, and the broker serves on once the connections go."""
+    study = tmp_path / "solo.toml"
+    study.write_text(to_toml(chain(1, name="solo", base_port=free_base_port(1))))
+    address = ("127.0.0.1", load_topology(study).address(1)[1])
+
+    def few_files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(
+            [*HOP, "broker", str(study), "--id", "1"],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=log, text=True, preexec_fn=few_files,
+        )  # fmt: skip
+        flood: list[socket.socket] = []
+        try:
+            deadline = time.monotonic() + 20
+            while not _answers(address):
+                assert proc.poll() is None and time.monotonic() < deadline, "no broker"
+                time.sleep(0.05)
+            for _ in range(100):
+                flood.append(socket.create_connection(address, timeout=5))
+            time.sleep(1.0)  # its accept loop tries, fails, retries
+            for sock in flood:
+                sock.close()
+            deadline = time.monotonic() + 20
+            while not _answers(address):
+                assert time.monotonic() < deadline, "the broker did not serve again"
+                time.sleep(0.1)
+        finally:
+            for sock in flood:
+                sock.close()
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        log.seek(0)
+        records = [json.loads(line) for line in log.read().splitlines()]  # JSON lines all
+    failed = [r for r in records if r["event"] == "accept_failed"]
+    assert failed and "EMFILE" in failed[0]["reason"], records
+    assert [r["times"] for r in failed] == [2**k for k in range(len(failed))]
+
+
+def _answers(address: tuple[str, int]) -> bool:
+    try:
+        return bool(fetch_stats(*address, timeout=2))
+    except OSError:
+        return False
 
 
 # -- command line ----------------------------------------------------------------------

@@ -18,8 +18,9 @@ import trio
 
 import client
 from broker.local_network import Network, free_base_port
+from broker.logs import worth_logging
 from broker.protocol import PROTOCOL_VERSION
-from broker.server import Broker, worth_logging
+from broker.server import Broker
 from routing import parse_filter
 from topologies.generators import chain
 
