@@ -712,6 +712,12 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+READY_BOUND_S = 120
+"""How long `interrupted_when` waits for its moment: a bound for a command that never
+gets there, not a timing. Alone, an analysis launches Spark within seconds; beside a
+validation in the other worker of `make test`, on 2 cores, it once took over 60 s."""
+
+
 def interrupted_when(
     args: list[str],
     ready: Callable[[subprocess.Popen[str]], bool],
@@ -720,7 +726,7 @@ def interrupted_when(
     sigint_ignored: bool = False,
 ) -> Interrupted:
     """Run `hop ARGS`, send it `sig` by its PID as soon as `ready(proc)` (the `moment`,
-    within 60 s), and wait for its end. Whatever it left running is killed, by PID, once
+    within `READY_BOUND_S`), and wait for its end. Whatever it left running is killed, by PID, once
     noted. With `sigint_ignored` the command inherits SIGINT ignored, as a background job
     of a shell without job control does, and is sent a SIGINT first, which must leave
     it running."""
@@ -736,12 +742,12 @@ def interrupted_when(
         started: set[int] = set()
         left: list[int] = []
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + READY_BOUND_S
             while not ready(proc) and proc.poll() is None and time.monotonic() < deadline:
                 started.update(descendants(proc.pid))
                 time.sleep(0.02)
             started.update(descendants(proc.pid))
-            assert proc.poll() is None and ready(proc), f"not {moment} in 60 s"
+            assert proc.poll() is None and ready(proc), f"not {moment} in {READY_BOUND_S} s"
             if sigint_ignored:
                 proc.send_signal(signal.SIGINT)
                 time.sleep(1.0)
