@@ -747,7 +747,10 @@ def interrupted_when(
                 started.update(descendants(proc.pid))
                 time.sleep(0.02)
             started.update(descendants(proc.pid))
-            assert proc.poll() is None and ready(proc), f"not {moment} in {READY_BOUND_S} s"
+            if proc.poll() is not None or not ready(proc):
+                stderr.seek(0)
+                said = stderr.read()[-3000:]
+                raise AssertionError(f"not {moment} in {READY_BOUND_S} s; it said:\n{said}")
             if sigint_ignored:
                 proc.send_signal(signal.SIGINT)
                 time.sleep(1.0)
