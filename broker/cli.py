@@ -172,7 +172,13 @@ def cmd_broker(args: argparse.Namespace) -> int:
         security=BrokerSecurity.from_topology(study.topology, secret_file(args)),
         **_fault_options(args),
     )
-    run_broker(study.topology, args.id, config, stop_on_eof=args.stop_on_eof)
+    run_broker(
+        study.topology,
+        args.id,
+        config,
+        stop_on_eof=args.stop_on_eof,
+        reread=lambda: load_study(args.file).topology,
+    )
     return EXIT_OK
 
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import IO, BinaryIO, Protocol
@@ -47,6 +47,7 @@ def run_broker(
     broker_id: int,
     config: BrokerConfig | None = None,
     stop_on_eof: bool = False,
+    reread: Callable[[], Topology] | None = None,
 ) -> None:
     """Run one broker until SIGINT, SIGTERM or SIGHUP; StartupError if it cannot listen.
 
@@ -54,8 +55,9 @@ def run_broker(
     connected peers, within `drain_timeout_s`) and then flushes its trace. With
     `stop_on_eof`, the end of its standard input stops it the same way: how a broker
     started on another host (through ssh, say) is stopped by the host that started it.
+    `reread` reads its topology file again, for a child added to it (`Broker`).
     """
-    broker = Broker(topology, broker_id, config)
+    broker = Broker(topology, broker_id, config, reread)
     # Out of file descriptors, trio's accept loop retries ten times a second, and logs
     # each failure with its traceback: here, warnings in the broker's log instead.
     logs.route_library_log("trio.serve_listeners", "accept_failed", broker=broker.name)

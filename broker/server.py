@@ -67,7 +67,7 @@ import os
 import random
 import ssl
 import time
-from collections.abc import Awaitable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,7 +119,7 @@ from routing.router import (
     SendSubscribe,
     SendUnsubscribe,
 )
-from topologies import Topology
+from topologies import Topology, TopologyError
 
 log = structlog.get_logger("hop.broker")
 pack_row = EVENT_ROW.pack
@@ -248,7 +248,10 @@ class Broker:
         topology: Topology,
         broker_id: int,
         config: BrokerConfig | None = None,
+        reread: Callable[[], Topology] | None = None,
     ) -> None:
+        """`reread` reads the topology file again (TopologyError or OSError when it
+        cannot): asked when a broker this one does not know as a child says Hello."""
         if broker_id not in topology.brokers:
             raise ValueError(f"broker {broker_id} is not in topology {topology.name!r}")
         self.topology = topology
@@ -262,6 +265,7 @@ class Broker:
         self.parent_outage = Outage(self.config.parent_warn_after_s)  # while out of reach
         self.router = Router(topology.routing, parent=self.parent_link_id)
         self.children = set(topology.children(broker_id))
+        self._reread = reread
         self.links: dict[Hashable, Link] = {}  # by link id, the router's key
         self.outgoing = Outgoing()
         self.started_ns = time.time_ns()
@@ -464,7 +468,7 @@ class Broker:
             child = int(hello.node_id)
         except ValueError:
             child = -1
-        if child not in self.children:
+        if child not in self.children and not self._added_child(child):
             raise ProtocolError(
                 "unexpected", f"broker {hello.node_id!r} is not a child of broker {self.name}"
             )
@@ -472,6 +476,30 @@ class Broker:
         if link_id in self.links:
             raise ProtocolError("unexpected", f"broker {child} is already connected")
         return link_id, "broker"
+
+    def _added_child(self, child: int) -> bool:
+        """Whether the topology file, read again, lists `child` as this broker's child: a
+        broker added to a running network (the file edited where this broker runs, then
+        the new broker started). Only that is taken from the file; when this broker's
+        own entry (its address, its parent) differs there, nothing is, as that takes a
+        restart."""
+        if self._reread is None or child < 0:
+            return False
+        try:
+            topology = self._reread()
+        except (TopologyError, OSError) as exc:
+            self._log.warning("topology_unreadable", child=child, error=str(exc))
+            return False
+        if child not in topology.children(self.broker_id):
+            return False
+        if topology.brokers.get(self.broker_id) != self.spec:
+            self._log.warning(
+                "topology_changed", child=child, why="this broker's own entry differs: restart it"
+            )
+            return False
+        self.children.add(child)
+        self._log.info("child_added", child=child)
+        return True
 
     async def _run_link(
         self,
