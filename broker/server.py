@@ -266,6 +266,7 @@ class Broker:
         self.router = Router(topology.routing, parent=self.parent_link_id)
         self.children = set(topology.children(broker_id))
         self._reread = reread
+        self._refused_rereads = 0  # files read again that could not add a child
         self.links: dict[Hashable, Link] = {}  # by link id, the router's key
         self.outgoing = Outgoing()
         self.started_ns = time.time_ns()
@@ -488,14 +489,17 @@ class Broker:
         try:
             topology = self._reread()
         except (TopologyError, OSError) as exc:
-            self._log.warning("topology_unreadable", child=child, error=str(exc))
+            self._refused_rereads += 1  # (the child retries: logged 1st, 2nd, 4th...)
+            if worth_logging(self._refused_rereads):
+                self._log.warning("topology_unreadable", child=child, error=str(exc))
             return False
         if child not in topology.children(self.broker_id):
             return False
         if topology.brokers.get(self.broker_id) != self.spec:
-            self._log.warning(
-                "topology_changed", child=child, why="this broker's own entry differs: restart it"
-            )
+            self._refused_rereads += 1
+            if worth_logging(self._refused_rereads):
+                why = "this broker's own entry differs: restart it"
+                self._log.warning("topology_changed", child=child, why=why)
             return False
         self.children.add(child)
         self._log.info("child_added", child=child)
