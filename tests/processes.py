@@ -1,10 +1,11 @@
 """What the tests read of processes they started, from /proc: parents, children,
-command lines, and whether one still runs. A test checks by PID that everything it
-started has ended, never by name."""
+command lines, and whether one still runs; and waiting for what they serve. A test
+checks by PID that everything it started has ended, never by name."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from broker.forkserver import alive
@@ -55,3 +56,17 @@ def descendants(pid: int) -> list[int]:
             out.append(child)
             todo.append(child)
     return out
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    """Poll `condition()` until it is true; an OSError from it means not yet (a broker
+    not listening yet). AssertionError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if condition():
+                return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.05)

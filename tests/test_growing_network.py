@@ -8,8 +8,7 @@ import json
 import signal
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import client
 from broker.local_network import REPO, free_base_port
 from broker.probe import fetch_stats
 from hop.command import HOP
+from tests.processes import wait_for
 from topologies import BrokerSpec, Topology
 from topologies.generators import to_toml
 
@@ -45,18 +45,6 @@ def hop_broker(study: Path, broker_id: int) -> Iterator[list[str]]:
                     proc.wait()
             log.seek(0)
             lines += log.read().splitlines()
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if condition():
-                return
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
-        time.sleep(0.05)
 
 
 def network(parents: dict[int, int | None], base_port: int, root_host: str = HOST) -> Topology:
